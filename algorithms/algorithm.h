@@ -1,0 +1,16 @@
+// Algorithm identities and the user's override (CHORUS_ALGO / NCCL_ALGO).
+#pragma once
+
+#include "common/status.h"
+
+namespace chorus {
+
+enum class Algorithm : int { kAuto = -1, kRing = 0 };
+
+const char* algorithmName(Algorithm algo);
+
+// Parses CHORUS_ALGO/NCCL_ALGO. Unset -> kAuto; a name Chorus does not implement is an error
+// naming the variable and the accepted values (never silently ignored).
+Result<Algorithm> algorithmOverride();
+
+}  // namespace chorus

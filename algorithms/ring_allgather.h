@@ -1,0 +1,36 @@
+// Ring all-gather: each rank's block travels nranks-1 hops around the ring, copied into every
+// output on the way. Blocks move in slot-sized pieces so the ring stays pipelined.
+#pragma once
+
+#include <cstddef>
+
+#include "algorithms/ring_prims.h"
+
+namespace chorus {
+
+struct RingAllGatherShape {
+  size_t count;       // elements each rank contributes
+  size_t chunkElems;  // elements one FIFO slot holds
+  int nranks;
+  int ringIndex;         // this rank's position in the ring
+  const int* ringRanks;  // rank at each ring position (block c belongs to ringRanks[c])
+};
+
+template <class Prims>
+CHORUS_HOST_DEVICE bool ringAllGather(Prims& p, const RingAllGatherShape& s) {
+  const int n = s.nranks;
+  for (size_t base = 0; base < s.count; base += s.chunkElems) {
+    size_t len = s.count - base < s.chunkElems ? s.count - base : s.chunkElems;
+    auto outOff = [&](int position) -> size_t {
+      return static_cast<size_t>(s.ringRanks[position]) * s.count + base;
+    };
+    if (!p.copySend(base, outOff(s.ringIndex), len)) return false;
+    for (int j = 1; j < n - 1; ++j) {
+      if (!p.recvCopySend(outOff((s.ringIndex + n - j) % n), len)) return false;
+    }
+    if (!p.recv(outOff((s.ringIndex + 1) % n), len)) return false;
+  }
+  return true;
+}
+
+}  // namespace chorus

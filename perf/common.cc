@@ -1,0 +1,612 @@
+#include "common.h"
+
+#include <getopt.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cstdint>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chorus.h"
+#include "verify.h"
+
+namespace chorus::perf {
+namespace {
+
+std::string gProgram = "perf";
+
+[[noreturn]] void fail(const char* fmt, ...) {
+  std::fprintf(stderr, "%s: ", gProgram.c_str());
+  va_list ap;
+  va_start(ap, fmt);
+  std::vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  std::fputc('\n', stderr);
+  std::exit(1);
+}
+
+// ---- command line -----------------------------------------------------------------------------
+
+struct Options {
+  size_t minBytes = 32 << 20, maxBytes = 32 << 20, stepBytes = 1 << 20, stepFactor = 1;
+  int iters = 20, warmupIters = 5, aggIters = 1, runCycles = 1, check = 1, average = 1;
+  int blocking = 0, parallelInit = 0, reportCpuTime = 0, streamNull = 0;  // host: no effect
+  std::vector<const TypeInfo*> types{findType("float")};
+  std::vector<PerfOp> ops{kSum};
+  int root = 0;  // -1: every root
+};
+
+void usage(const Collective& coll) {
+  std::printf(
+      "usage: %s [options]\n"
+      "  -b,--minbytes <size>        smallest size, with K/M/G suffix (default 32M)\n"
+      "  -e,--maxbytes <size>        largest size (default 32M)\n"
+      "  -i,--stepbytes <size>       additive step between sizes (default 1M)\n"
+      "  -f,--stepfactor <n>         multiplicative step between sizes (overrides -i when > 1)\n"
+      "  -n,--iters <n>              timed iterations (default 20)\n"
+      "  -w,--warmup_iters <n>       untimed warmup iterations (default 5)\n"
+      "  -m,--agg_iters <n>          calls aggregated in one group per iteration (default 1)\n"
+      "  -N,--run_cycles <n>         repeat the size sweep n times, 0 = forever (default 1)\n"
+      "  -c,--check <n>              validated runs per size, 0 = none (default 1)\n"
+      "  -o,--op <op>                sum|prod|max|min|avg|mulsum|all (default sum)\n"
+      "  -d,--datatype <type>        int8|uint8|int32|uint32|int64|uint64|half|float|double|\n"
+      "                              bfloat16|f8e4m3|f8e5m2|all (default float)\n"
+      "  -r,--root <rank|all>        root of rooted collectives (default 0)\n"
+      "  -a,--average <0..3>         time reported across ranks: 0 rank 0, 1 avg, 2 min, 3 max\n"
+      "  -z,--blocking <0/1>         accepted; host collectives always complete in the call\n"
+      "  -C,--report_cputime <0/1>   label the time column cputime (same clock on host)\n"
+      "  -g,--ngpus 1  -t,--nthreads 1  -p,--parallel_init <0/1>  -G,--cudagraph 0\n"
+      "  -y,--stream_null <0/1>      accepted for compatibility\n"
+      "  -h,--help\n"
+      "Ranks come from CHORUS_RANK/CHORUS_NRANKS (chorusrun), Open MPI, MPICH, Slurm or\n"
+      "torchrun variables; the rendezvous from NCCL_COMM_ID/CHORUS_COMM_ID or MASTER_ADDR and\n"
+      "MASTER_PORT (the tool uses MASTER_PORT+1).\n",
+      (std::string(coll.name) + "_perf").c_str());
+}
+
+long parseInt(const char* s, const char* what, long lo, long hi) {
+  char* end = nullptr;
+  errno = 0;
+  long v = std::strtol(s, &end, 0);
+  if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
+    fail("invalid %s '%s': expected an integer in [%ld, %ld]", what, s, lo, hi);
+  return v;
+}
+
+// A byte count with an optional binary K/M/G/T suffix, as nccl-tests accepts ("1.5M" too).
+size_t parseSize(const char* s, const char* what) {
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  const char* suffix =
+      end != s && *end != '\0' && end[1] == '\0' ? std::strchr("kmgt", *end | 32) : nullptr;
+  if (suffix != nullptr && *suffix != '\0') {
+    v = std::ldexp(v, 10 * static_cast<int>(suffix - "kmgt" + 1));
+    ++end;
+  }
+  if (end == s || *end != '\0' || !(v >= 0) || v > 1e18)
+    fail("invalid %s '%s': expected a byte count such as 8, 64K, 1M or 2G", what, s);
+  return static_cast<size_t>(v);
+}
+
+// The integer options: flag, long name, field, accepted range.
+struct IntOption {
+  int flag;
+  const char* name;
+  int Options::*field;
+  long lo, hi;
+};
+const IntOption kIntOptions[] = {
+    {'n', "iters", &Options::iters, 1, INT32_MAX},
+    {'w', "warmup_iters", &Options::warmupIters, 0, INT32_MAX},
+    {'m', "agg_iters", &Options::aggIters, 1, 1 << 20},
+    {'N', "run_cycles", &Options::runCycles, 0, INT32_MAX},
+    {'c', "check", &Options::check, 0, 1 << 20},
+    {'a', "average", &Options::average, 0, 3},
+    {'z', "blocking", &Options::blocking, 0, 3},
+    {'p', "parallel_init", &Options::parallelInit, 0, 1},
+    {'y', "stream_null", &Options::streamNull, 0, 1},
+    {'C', "report_cputime", &Options::reportCpuTime, 0, 1},
+};
+
+Options parseOptions(int argc, char** argv, const Collective& coll) {
+  std::vector<option> longOpts = {{"nthreads", required_argument, nullptr, 't'},
+                                  {"ngpus", required_argument, nullptr, 'g'},
+                                  {"minbytes", required_argument, nullptr, 'b'},
+                                  {"maxbytes", required_argument, nullptr, 'e'},
+                                  {"stepbytes", required_argument, nullptr, 'i'},
+                                  {"stepfactor", required_argument, nullptr, 'f'},
+                                  {"op", required_argument, nullptr, 'o'},
+                                  {"datatype", required_argument, nullptr, 'd'},
+                                  {"root", required_argument, nullptr, 'r'},
+                                  {"cudagraph", required_argument, nullptr, 'G'},
+                                  {"help", no_argument, nullptr, 'h'}};
+  std::string shortOpts = "t:g:b:e:i:f:o:d:r:G:h";
+  for (const IntOption& io : kIntOptions) {
+    longOpts.push_back({io.name, required_argument, nullptr, io.flag});
+    shortOpts += {static_cast<char>(io.flag), ':'};
+  }
+  longOpts.push_back({nullptr, 0, nullptr, 0});
+  Options o;
+  for (int c; (c = getopt_long(argc, argv, shortOpts.c_str(), longOpts.data(), nullptr)) != -1;) {
+    const IntOption* io = nullptr;
+    for (const IntOption& candidate : kIntOptions)
+      if (candidate.flag == c) io = &candidate;
+    if (io != nullptr) {
+      std::string what = std::string(io->name) + " (-" + static_cast<char>(c) + ")";
+      o.*io->field = static_cast<int>(parseInt(optarg, what.c_str(), io->lo, io->hi));
+      continue;
+    }
+    switch (c) {
+      case 'b':
+        o.minBytes = parseSize(optarg, "minbytes (-b)");
+        break;
+      case 'e':
+        o.maxBytes = parseSize(optarg, "maxbytes (-e)");
+        break;
+      case 'i':
+        o.stepBytes = parseSize(optarg, "stepbytes (-i)");
+        break;
+      case 'f':
+        o.stepFactor = parseInt(optarg, "stepfactor (-f)", 1, 1 << 20);
+        break;
+      case 't':
+        if (parseInt(optarg, "nthreads (-t)", 1, INT32_MAX) != 1)
+          fail("-t %s: one thread per process is supported; start one process per rank", optarg);
+        break;
+      case 'g':
+        if (parseInt(optarg, "ngpus (-g)", 1, INT32_MAX) != 1)
+          fail("-g %s: one rank per process is supported; start one process per rank", optarg);
+        break;
+      case 'G':
+        if (parseInt(optarg, "cudagraph (-G)", 0, INT32_MAX) != 0)
+          fail("-G %s: CUDA graphs need device buffers; use -G 0", optarg);
+        break;
+      case 'o':
+        o.ops.clear();
+        for (int i = 0; i < kNumPerfOps; ++i)
+          if (std::strcmp(optarg, "all") == 0 || std::strcmp(optarg, kOpNames[i]) == 0)
+            o.ops.push_back(static_cast<PerfOp>(i));
+        if (o.ops.empty())
+          fail("invalid op '%s': expected sum, prod, max, min, avg, mulsum or all", optarg);
+        break;
+      case 'd':
+        o.types.clear();
+        for (int i = 0; i < kNumTypes; ++i)
+          if (std::strcmp(optarg, "all") == 0) o.types.push_back(&kTypes[i]);
+        if (o.types.empty() && findType(optarg) != nullptr) o.types.push_back(findType(optarg));
+        if (o.types.empty())
+          fail(
+              "invalid datatype '%s': expected int8, uint8, int32, uint32, int64, uint64, half, "
+              "float, double, bfloat16, f8e4m3, f8e5m2 or all",
+              optarg);
+        break;
+      case 'r':
+        o.root =
+            std::strcmp(optarg, "all") == 0 ? -1 : parseInt(optarg, "root (-r)", -1, INT32_MAX);
+        break;
+      case 'h':
+        usage(coll);
+        std::exit(0);
+      default:
+        fail("invalid command line (see %s_perf -h)", coll.name);
+    }
+  }
+  if (optind < argc) fail("unexpected argument '%s' (see %s_perf -h)", argv[optind], coll.name);
+  if (o.minBytes > o.maxBytes)
+    fail("minbytes (%zu) is larger than maxbytes (%zu)", o.minBytes, o.maxBytes);
+  if (o.stepFactor <= 1 && o.stepBytes == 0 && o.minBytes < o.maxBytes)
+    fail("stepbytes (-i) must be positive when no stepfactor (-f) above 1 is given");
+  return o;
+}
+
+// ---- ranks and rendezvous ---------------------------------------------------------------------
+
+struct RankEnv {
+  int rank = 0, nranks = 1, localRank = 0;
+};
+
+bool envInt(const char* name, long lo, long hi, int* out) {
+  const char* s = std::getenv(name);
+  if (s == nullptr || *s == '\0') return false;
+  char* end = nullptr;
+  long v = std::strtol(s, &end, 10);
+  if (end == s || *end != '\0' || v < lo || v > hi)
+    fail("environment variable %s='%s' is not an integer in [%ld, %ld]", name, s, lo, hi);
+  *out = static_cast<int>(v);
+  return true;
+}
+
+RankEnv detectRanks() {
+  static const char* const kSchemes[][4] = {
+      {"chorusrun", "CHORUS_RANK", "CHORUS_NRANKS", "CHORUS_LOCAL_RANK"},
+      {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+      {"MPICH", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+      {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+      {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"}};
+  RankEnv env;
+  for (const auto& s : kSchemes) {
+    bool hasRank = envInt(s[1], 0, INT32_MAX, &env.rank);
+    bool hasSize = envInt(s[2], 1, INT32_MAX, &env.nranks);
+    if (!hasRank && !hasSize) continue;
+    if (!hasRank || !hasSize)
+      fail("%s launch detected but only one of %s and %s is set", s[0], s[1], s[2]);
+    if (env.rank >= env.nranks) fail("%s=%d is not below %s=%d", s[1], env.rank, s[2], env.nranks);
+    envInt(s[3], 0, INT32_MAX, &env.localRank);
+    return env;
+  }
+  return env;
+}
+
+// The library derives the unique id from CHORUS_COMM_ID/NCCL_COMM_ID, identically on all ranks.
+void setupRendezvous(const RankEnv& env) {
+  if (env.nranks == 1 || std::getenv("CHORUS_COMM_ID") || std::getenv("NCCL_COMM_ID")) return;
+  const char* addr = std::getenv("MASTER_ADDR");
+  const char* port = std::getenv("MASTER_PORT");
+  if (addr && *addr && port && *port) {
+    int p = 0;
+    envInt("MASTER_PORT", 1, 65534, &p);
+    // MASTER_PORT itself usually belongs to torch's TCPStore, so rendezvous one port above it.
+    std::string host = addr;
+    if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
+    setenv("NCCL_COMM_ID", (host + ":" + std::to_string(p + 1)).c_str(), 1);
+    return;
+  }
+  fail(
+      "rank %d of %d: no rendezvous address. Set NCCL_COMM_ID=<host>:<port> (the same on every "
+      "rank, host reachable from all ranks), or MASTER_ADDR and MASTER_PORT (port+1 is used), "
+      "or launch with chorusrun -n N",
+      env.rank, env.nranks);
+}
+
+// ---- the benchmark ----------------------------------------------------------------------------
+
+// Zero-filled host memory, so that no timed call pays for first-touch page faults.
+class HostBuffer {
+ public:
+  explicit HostBuffer(size_t bytes) : bytes_((std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096) {
+    ptr_ = static_cast<char*>(std::aligned_alloc(4096, bytes_));
+    if (ptr_ == nullptr) fail("cannot allocate %zu bytes of host memory (lower -e)", bytes_);
+    std::memset(ptr_, 0, bytes_);
+  }
+  ~HostBuffer() { std::free(ptr_); }
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  char* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  size_t bytes_;
+  char* ptr_;
+};
+
+// Formats v in exactly `width` characters with as many decimals as fit (as nccl-tests does).
+std::string fitNumber(double v, int width) {
+  char buf[64];
+  for (int prec = 2; prec >= 0; --prec) {
+    std::snprintf(buf, sizeof(buf), "%*.*f", width, prec, v);
+    if (static_cast<int>(std::strlen(buf)) <= width) return buf;
+  }
+  std::snprintf(buf, sizeof(buf), "%*.*e", width, width >= 7 ? 1 : 0, v);
+  return buf;
+}
+
+// One test: a data type, an operation and a root, at every size of the sweep.
+struct Test {
+  const TypeInfo* type;
+  PerfOp op;
+  ncclRedOp_t ncclOp;
+  int root;  // -1 for collectives without a root
+};
+
+class Bench {
+ public:
+  Bench(const Collective& coll, const Options& opt, const RankEnv& env)
+      : coll_(coll), opt_(opt), rank_(env.rank), nranks_(env.nranks) {}
+
+  ~Bench() {
+    if (comm_ != nullptr) ncclCommDestroy(comm_);
+  }
+
+  int run() {
+    ncclUniqueId id;
+    check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    ncclComm_t comm = nullptr;
+    ncclResult_t initResult = ncclCommInitRank(&comm, nranks_, id, rank_);
+    if (initResult == ncclSuccess) comm_ = comm;
+    check(initResult, "ncclCommInitRank");
+    chorusMemType_t memType = chorusMemHost;
+    check(chorusCommMemType(comm_, &memType), "chorusCommMemType");
+    if (memType == chorusMemDevice) {
+      ncclCommAbort(comm_);
+      comm_ = nullptr;
+      fail(
+          "rank %d: the communicator takes device buffers, and device buffers need a CUDA build "
+          "of the perf tools; set CHORUS_HOST_COMM=1 to benchmark host memory",
+          rank_);
+    }
+    scratch_ = std::make_unique<HostBuffer>(kRankLine * static_cast<size_t>(nranks_));
+    printHeader();
+    allocate();
+    for (const TypeInfo* t : opt_.types) {
+      for (PerfOp op : coll_.hasOp ? opt_.ops : std::vector<PerfOp>{kSum}) {
+        int first = coll_.hasRoot ? std::max(opt_.root, 0) : -1;
+        int last = !coll_.hasRoot ? -1 : opt_.root < 0 ? nranks_ - 1 : opt_.root;
+        for (int root = first; root <= last; ++root) runTest(*t, op, root);
+      }
+    }
+    if (rank_ == 0) {
+      std::printf("# %-20s : %d %s\n", "Out of bounds values", errors_, errors_ ? "FAILED" : "OK");
+      std::printf("# %-20s : %g \n", "Avg bus bandwidth", bwCount_ ? bwSum_ / bwCount_ : 0.0);
+      std::printf("#\n# Collective test concluded: %s\n", gProgram.c_str());
+    }
+    check(ncclCommDestroy(comm_), "ncclCommDestroy");
+    comm_ = nullptr;
+    return errors_ ? 1 : 0;
+  }
+
+ private:
+  static constexpr size_t kRankLine = 256;
+
+  void check(ncclResult_t r, const char* what) {
+    if (r == ncclSuccess) return;
+    std::fprintf(stderr, "%s: rank %d: %s failed: %s (%s)%s%s\n", gProgram.c_str(), rank_, what,
+                 ncclGetErrorString(r), ncclGetLastError(comm_), context_.empty() ? "" : " during ",
+                 context_.c_str());
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+    comm_ = nullptr;
+    std::exit(1);
+  }
+
+  void printHeader() {
+    int version = 0;
+    check(ncclGetVersion(&version), "ncclGetVersion");
+    if (rank_ == 0) {
+      std::printf("# nccl-tests-compatible: chorus %s nccl-headers=%d nccl-library=%d\n",
+                  chorusGetVersionString(), NCCL_VERSION_CODE, version);
+      std::printf("# Collective test starting: %s\n", gProgram.c_str());
+      std::printf(
+          "# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
+          "iters: %d agg iters: %d validation: %d graph: 0\n",
+          opt_.minBytes, opt_.maxBytes, opt_.stepFactor > 1 ? opt_.stepFactor : opt_.stepBytes,
+          opt_.stepFactor > 1 ? "factor" : "bytes", opt_.warmupIters, opt_.iters, opt_.aggIters,
+          opt_.check);
+      if (opt_.blocking)
+        std::printf("# Blocking Enabled: host collectives complete before the call returns\n");
+      std::printf("#\n# Using devices\n");
+    }
+    // Rank 0 prints every rank's line, gathered over the communicator under test.
+    char host[128] = "unknown";
+    gethostname(host, sizeof(host) - 1);
+    if (char* dot = std::strchr(host, '.')) *dot = '\0';
+    char* lines = scratch_->data();
+    std::snprintf(lines + kRankLine * rank_, kRankLine,
+                  "#  Rank %2d Group %2d Pid %6d on %10s device %2d [host memory]\n", rank_, 0,
+                  static_cast<int>(getpid()), host, -1);
+    check(ncclAllGather(lines + kRankLine * rank_, lines, kRankLine, ncclUint8, comm_, nullptr),
+          "ncclAllGather (rank lines)");
+    if (rank_ == 0)
+      for (int r = 0; r < nranks_; ++r) std::printf("%.*s", int(kRankLine), lines + kRankLine * r);
+    if (rank_ == 0) {
+      const char* time = opt_.reportCpuTime ? "cputime" : "time";
+      std::printf(
+          "#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
+          "in-place          \n",
+          "", "", "", "", "");
+      std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "size",
+                  "count", "type", "redop", "root", time, "algbw", "busbw", "#wrong", time, "algbw",
+                  "busbw", "#wrong");
+      std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "(B)",
+                  "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+                  "(GB/s)", "");
+    }
+  }
+
+  // Elements an in-place call of this rank spans in the receive buffer.
+  size_t inPlaceSpan(const CollCounts& c, int rank) const {
+    return std::max(c.sendInplaceOffset * rank + c.sendCount,
+                    c.recvInplaceOffset * rank + c.recvCount);
+  }
+
+  void allocate() {
+    size_t sendBytes = 0, recvBytes = 0;
+    for (const TypeInfo* t : opt_.types) {
+      CollCounts c = coll_.counts(opt_.maxBytes / t->size, nranks_);
+      sendBytes = std::max(sendBytes, c.sendCount * t->size);
+      recvBytes =
+          std::max({recvBytes, c.recvCount * t->size, inPlaceSpan(c, nranks_ - 1) * t->size});
+    }
+    send_ = std::make_unique<HostBuffer>(std::max(sendBytes, opt_.maxBytes));
+    recv_ = std::make_unique<HostBuffer>(std::max(recvBytes, opt_.maxBytes));
+  }
+
+  // The buffers of call `iter`: successive calls walk through the allocation, as nccl-tests
+  // does, so that small sizes are not timed from a warm cache.
+  CallArgs callArgs(const Test& test, const CollCounts& c, bool inPlace, int iter) const {
+    size_t ts = test.type->size;
+    size_t sendNeed = inPlace ? 0 : c.sendCount * ts;
+    size_t recvNeed = (inPlace ? inPlaceSpan(c, rank_) : c.recvCount) * ts;
+    size_t span = std::max(sendNeed, recvNeed);
+    size_t room = inPlace ? recv_->bytes() : std::min(send_->bytes(), recv_->bytes());
+    size_t steps = span ? std::max<size_t>(room / span, 1) : 1;
+    size_t shift = span * (static_cast<size_t>(iter) % steps);
+    char* base = recv_->data() + shift;
+    CallArgs a{send_->data() + shift,
+               base,
+               c.paramCount,
+               test.type->type,
+               test.ncclOp,
+               test.root,
+               rank_,
+               nranks_,
+               comm_};
+    if (inPlace) {
+      a.sendbuff = base + c.sendInplaceOffset * rank_ * ts;
+      a.recvbuff = base + c.recvInplaceOffset * rank_ * ts;
+    }
+    return a;
+  }
+
+  void launch(const Test& test, const CollCounts& c, bool inPlace, int iter) {
+    check(coll_.run(callArgs(test, c, inPlace, iter)), coll_.name);
+  }
+
+  void barrier() {
+    std::memset(scratch_->data(), 0, sizeof(int32_t));
+    check(ncclAllReduce(scratch_->data(), scratch_->data(), 1, ncclInt32, ncclSum, comm_, nullptr),
+          "ncclAllReduce (barrier)");
+  }
+
+  double reduceDouble(double v, ncclRedOp_t op) {
+    std::memcpy(scratch_->data(), &v, sizeof(v));
+    check(ncclAllReduce(scratch_->data(), scratch_->data(), 1, ncclFloat64, op, comm_, nullptr),
+          "ncclAllReduce (timing)");
+    std::memcpy(&v, scratch_->data(), sizeof(v));
+    return v;
+  }
+
+  int64_t sumInt64(int64_t v) {
+    std::memcpy(scratch_->data(), &v, sizeof(v));
+    check(ncclAllReduce(scratch_->data(), scratch_->data(), 1, ncclInt64, ncclSum, comm_, nullptr),
+          "ncclAllReduce (error count)");
+    std::memcpy(&v, scratch_->data(), sizeof(v));
+    return v;
+  }
+
+  // Inputs into the send buffer (in place: into the receive buffer at the send offset), and a
+  // recognisable pattern over the rest of the receive buffer, so unwritten elements fail.
+  void initData(const Test& test, const CollCounts& c, bool inPlace, uint64_t seed) {
+    CallArgs a = callArgs(test, c, inPlace, 0);
+    size_t ts = test.type->size;
+    std::memset(recv_->data(), 0xa5, (inPlace ? inPlaceSpan(c, rank_) : c.recvCount) * ts);
+    Inputs in(*test.type, test.op, nranks_, seed);
+    void* send = const_cast<void*>(a.sendbuff);
+    for (size_t i = 0; i < c.sendCount; ++i) storeElement(*test.type, send, i, in.value(rank_, i));
+  }
+
+  int64_t countWrong(const Test& test, const CollCounts& c, bool inPlace, uint64_t seed) {
+    CallArgs a = callArgs(test, c, inPlace, 0);
+    Inputs in(*test.type, test.op, nranks_, seed);
+    Checker checker(*test.type, test.op, in, nranks_);
+    int64_t wrong = 0;
+    for (size_t i = 0; i < c.recvCount; ++i)
+      wrong += !checker.matches(a.recvbuff, i, coll_.source(i, rank_, test.root, nranks_, c));
+    return wrong;
+  }
+
+  void runTest(const TypeInfo& t, PerfOp op, int root) {
+    Test test{&t, op, static_cast<ncclRedOp_t>(op), root};
+    if (op == kMulSum) {
+      alignas(8) unsigned char scalar[8] = {};
+      storeElement(t, scalar, 0, Inputs(t, op, nranks_, 0).scalar(rank_));
+      check(ncclRedOpCreatePreMulSum(&test.ncclOp, scalar, t.type, ncclScalarHostImmediate, comm_),
+            "ncclRedOpCreatePreMulSum");
+    }
+    const char* opName = coll_.hasOp ? kOpNames[op] : "none";
+    context_ = std::string(coll_.name) + " " + t.name + " " + opName + " warmup";
+    barrier();
+    for (size_t bytes : {opt_.maxBytes, opt_.minBytes}) {
+      CollCounts c = coll_.counts(bytes / t.size, nranks_);
+      for (int i = 0; i < opt_.warmupIters; ++i) launch(test, c, false, i);
+    }
+    for (int cycle = 0; opt_.runCycles == 0 || cycle < opt_.runCycles; ++cycle) {
+      for (size_t bytes = opt_.minBytes; bytes <= opt_.maxBytes;) {
+        CollCounts c = coll_.counts(bytes / t.size, nranks_);
+        if (rank_ == 0)
+          std::printf("%12zu  %12zu  %8s  %6s  %6d", std::max(c.sendCount, c.recvCount) * t.size,
+                      c.paramCount, t.name, opName, root);
+        for (bool inPlace : {false, true}) {
+          context_ = std::string(coll_.name) + " " + t.name + " " + opName + " root " +
+                     std::to_string(root) + " count " + std::to_string(c.paramCount) +
+                     (inPlace ? " in-place" : " out-of-place");
+          timeOne(test, c, inPlace);
+        }
+        if (rank_ == 0) std::printf("\n");
+        if (!nextSize(&bytes)) break;
+      }
+    }
+    context_.clear();
+    if (op == kMulSum) check(ncclRedOpDestroy(test.ncclOp, comm_), "ncclRedOpDestroy");
+  }
+
+  // Advances to the next size of the sweep; false when the sweep cannot advance.
+  bool nextSize(size_t* bytes) const {
+    size_t b = *bytes, step = opt_.stepBytes, factor = opt_.stepFactor;
+    if (factor > 1 ? b > SIZE_MAX / factor : b > SIZE_MAX - step) return false;
+    size_t next = factor > 1 ? std::max<size_t>(b * factor, 1) : b + step;
+    if (next == b) return false;
+    *bytes = next;
+    return true;
+  }
+
+  void timeOne(const Test& test, const CollCounts& c, bool inPlace) {
+    using Clock = std::chrono::steady_clock;
+    if (opt_.check) initData(test, c, inPlace, 0);
+    launch(test, c, inPlace, 0);
+    barrier();
+    Clock::time_point start = Clock::now();
+    for (int iter = 0; iter < opt_.iters; ++iter) {
+      if (opt_.aggIters > 1) check(ncclGroupStart(), "ncclGroupStart");
+      for (int a = 0; a < opt_.aggIters; ++a) launch(test, c, inPlace, iter * opt_.aggIters + a);
+      if (opt_.aggIters > 1) check(ncclGroupEnd(), "ncclGroupEnd");
+    }
+    double sec = std::chrono::duration<double>(Clock::now() - start).count() /
+                 (static_cast<double>(opt_.iters) * opt_.aggIters);
+    static const ncclRedOp_t kAverageOps[] = {ncclSum, ncclSum, ncclMin, ncclMax};
+    sec = reduceDouble(opt_.average == 0 && rank_ != 0 ? 0.0 : sec, kAverageOps[opt_.average]);
+    if (opt_.average == 1) sec /= nranks_;
+
+    int64_t wrong = 0;
+    for (int i = 0; i < opt_.check && wrong == 0; ++i) {
+      uint64_t seed = ++checkRuns_;
+      initData(test, c, inPlace, seed);
+      launch(test, c, inPlace, 0);
+      wrong = sumInt64(countWrong(test, c, inPlace, seed));
+    }
+    errors_ += wrong != 0;
+
+    double bytes = static_cast<double>(std::max(c.sendCount, c.recvCount) * test.type->size);
+    double algBw = sec > 0 ? bytes / 1.0e9 / sec : 0.0;
+    double busBw = algBw * coll_.busFactor(nranks_);
+    bwSum_ += busBw;
+    ++bwCount_;
+    if (rank_ == 0) {
+      std::string wrongStr = opt_.check ? std::to_string(wrong) : "N/A";
+      std::printf("  %7s  %6s  %6s  %6s", fitNumber(sec * 1.0e6, 7).c_str(),
+                  fitNumber(algBw, 6).c_str(), fitNumber(busBw, 6).c_str(), wrongStr.c_str());
+    }
+  }
+
+  const Collective& coll_;
+  const Options& opt_;
+  int rank_, nranks_;
+  ncclComm_t comm_ = nullptr;
+  std::unique_ptr<HostBuffer> send_, recv_, scratch_;
+  std::string context_;  // what the failing call was doing, for error messages
+  uint64_t checkRuns_ = 0;
+  int errors_ = 0, bwCount_ = 0;
+  double bwSum_ = 0;
+};
+
+}  // namespace
+
+int perfMain(int argc, char** argv, const Collective& coll) {
+  gProgram = std::string(coll.name) + "_perf";
+  setlinebuf(stdout);
+  Options opt = parseOptions(argc, argv, coll);
+  RankEnv env = detectRanks();
+  if (coll.hasRoot && opt.root >= env.nranks)
+    fail("root %d is out of range for %d ranks", opt.root, env.nranks);
+  setupRendezvous(env);
+  return Bench(coll, opt, env).run();
+}
+
+}  // namespace chorus::perf

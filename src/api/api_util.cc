@@ -1,0 +1,174 @@
+// Shared helpers of the C API entry points: error reporting, argument checks, init.
+#include "api/api_util.h"
+
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <string>
+
+#include "common/log.h"
+#include "common/param.h"
+#include "core/device.h"
+#include "core/group.h"
+
+namespace chorus {
+
+namespace {
+std::mutex gLastErrorMutex;
+std::string gLastError;  // the most recent error of any call in the process
+}  // namespace
+
+std::string lastProcessError() {
+  std::lock_guard<std::mutex> lock(gLastErrorMutex);
+  return gLastError;
+}
+
+ncclResult_t report(ncclComm_t comm, const Status& s) {
+  if (s.isOk()) return ncclSuccess;
+  LOG_WARN(kSubsysInit, "%s", s.message().c_str());
+  {
+    std::lock_guard<std::mutex> lock(gLastErrorMutex);
+    gLastError = s.message();
+  }
+  if (std::shared_ptr<Communicator> c = liveComm(comm)) c->setLastError(s.message());
+  return static_cast<ncclResult_t>(s.code());
+}
+
+Result<CommRef> usableComm(ncclComm_t comm, const char* fn) {
+  if (comm == nullptr) return invalidArgument("%s: comm is NULL", fn);
+  uint64_t magic = comm->magic.load();
+  if (magic == kCommInitializing)
+    return invalidUsage("%s: comm is still being initialized (inside ncclGroupStart/End?)", fn);
+  CommRef c = magic == kCommLive ? comm->get() : nullptr;
+  if (!c) return invalidUsage("%s: comm was destroyed, aborted or is not a communicator", fn);
+  setLogRank(c->rank());
+  return c;
+}
+
+Status checkType(ncclDataType_t type, const char* fn) {
+  if (static_cast<int>(type) < 0 || static_cast<int>(type) >= ncclNumTypes)
+    return invalidArgument("%s: datatype %d is not a valid ncclDataType_t", fn,
+                           static_cast<int>(type));
+  return Status::ok();
+}
+
+// count elements of type at ptr: non-NULL unless empty, and no size overflow.
+Status checkBuffer(const void* ptr, size_t count, size_t multiplier, ncclDataType_t type,
+                   const char* name, const char* fn) {
+  size_t elt = dataTypeSize(static_cast<DataType>(type));
+  if (multiplier != 0 && count > SIZE_MAX / 2 / elt / multiplier)
+    return invalidArgument("%s: count %zu of %s overflows the address space", fn, count,
+                           dataTypeName(static_cast<DataType>(type)));
+  if (count > 0 && ptr == nullptr) return invalidArgument("%s: %s is NULL", fn, name);
+  return Status::ok();
+}
+
+// NCCL runs in place only when both pointers are equal; any other overlap is a user error.
+Status checkOverlap(const void* a, size_t aBytes, const void* b, size_t bBytes, const char* fn) {
+  if (a == nullptr || b == nullptr || a == b || aBytes == 0 || bBytes == 0) return Status::ok();
+  auto pa = reinterpret_cast<uintptr_t>(a);
+  auto pb = reinterpret_cast<uintptr_t>(b);
+  if (pa < pb + bBytes && pb < pa + aBytes)
+    return invalidArgument("%s: sendbuff and recvbuff overlap without being identical", fn);
+  return Status::ok();
+}
+
+Result<ncclUniqueId> makeUniqueId() {
+  Result<UniqueIdInfo> info = createUniqueId();
+  if (!info.isOk()) return info.status();
+  ncclUniqueId id;
+  encodeUniqueId(info.value(), reinterpret_cast<unsigned char*>(id.internal));
+  return id;
+}
+
+Result<CommOptions> optionsFrom(const ncclConfig_t* config, bool forceHost) {
+  CommOptions o;
+  if (config != nullptr) {
+    const size_t header = offsetof(ncclConfig_t, blocking);
+    if (config->size < header || config->magic != 0xcafebeef)
+      return invalidArgument(
+          "config was not initialised with NCCL_CONFIG_INITIALIZER (size %zu, magic 0x%x)",
+          config->size, config->magic);
+    if (config->size > offsetof(ncclConfig_t, blocking)) {
+      int b = config->blocking;
+      if (b != NCCL_CONFIG_UNDEF_INT && b != 0 && b != 1)
+        return invalidArgument("config->blocking must be 0 or 1, not %d", b);
+      o.blocking = b != 0;
+    }
+    if (config->size >= offsetof(ncclConfig_t, commName) + sizeof(const char*) &&
+        config->commName != nullptr)
+      o.name = config->commName;
+  }
+  int64_t hostParam = paramInt("HOST_COMM");
+  if (forceHost || hostParam == 1) {
+    o.host = true;
+  } else if (hostParam == 0 || cudaDeviceCount() > 0) {
+    return invalidUsage(
+        "device communicators are not available in this version of Chorus; set "
+        "CHORUS_HOST_COMM=1 to run collectives on host memory");
+  }
+  return o;
+}
+
+Status initComm(ncclComm_t handle, const InitRequest& req) {
+  if (req.nranks < 1)
+    return invalidArgument("ncclCommInitRank: nranks %d must be at least 1", req.nranks);
+  if (req.rank < 0 || req.rank >= req.nranks)
+    return invalidArgument("ncclCommInitRank: rank %d is outside [0, %d)", req.rank, req.nranks);
+  Result<UniqueIdInfo> info =
+      decodeUniqueId(reinterpret_cast<const unsigned char*>(req.id.internal));
+  if (!info.isOk()) return info.status().withContext("ncclCommInitRank");
+  setLogRank(req.rank);
+  Result<std::unique_ptr<Communicator>> c =
+      Communicator::create(info.value(), req.nranks, req.rank, req.options);
+  if (!c.isOk()) return c.status();
+  handle->set(CommRef(c.take().release()));
+  handle->magic.store(kCommLive);
+  return Status::ok();
+}
+
+Status initOrDefer(ncclComm_t* out, const InitRequest& req) {
+  if (out == nullptr) return invalidArgument("ncclCommInitRank: comm is NULL");
+  *out = nullptr;
+  auto* handle = new ncclComm();
+  if (groupActive()) {
+    handle->magic.store(kCommInitializing);
+    *out = handle;
+    groupEnqueue(handle, [handle, req]() -> Status {
+      Status s = initComm(handle, req);
+      if (!s.isOk()) handle->magic.store(kCommDead);
+      return s;
+    });
+    return Status::ok();
+  }
+  Status s = initComm(handle, req);
+  if (!s.isOk()) {
+    delete handle;
+    return s;
+  }
+  *out = handle;
+  return Status::ok();
+}
+
+// Destroyed handles are kept as tombstones so that a later call with the stale pointer gets an
+// error instead of touching freed memory.
+void retire(ncclComm_t comm) {
+  comm->magic.store(kCommDead);
+  comm->set(nullptr);
+}
+
+Status notImplemented(const char* fn) {
+  return invalidUsage("%s is not implemented in this version of Chorus", fn);
+}
+
+// Runs a collective now, or queues it when a group is open.
+Status runOrQueue(ncclComm_t comm, std::function<Status()> task) {
+  if (groupActive()) {
+    groupEnqueue(comm, std::move(task));
+    return Status::ok();
+  }
+  return task();
+}
+
+}  // namespace chorus

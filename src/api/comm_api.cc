@@ -1,0 +1,306 @@
+// Communicator lifecycle and queries of the NCCL C API.
+#include <cstdlib>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "api/api_util.h"
+#include "chorus.h"
+#include "core/group.h"
+
+using namespace chorus;  // NOLINT: this file is the C API only
+
+extern "C" ncclResult_t pncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                                int rank, ncclConfig_t* config) {
+  return guarded(nullptr, "ncclCommInitRankConfig", [&]() -> Status {
+    Result<CommOptions> o = optionsFrom(config, false);
+    if (!o.isOk()) return o.status().withContext("ncclCommInitRankConfig");
+    return initOrDefer(comm, InitRequest{nranks, rank, commId, o.value()});
+  });
+}
+NCCL_ALIAS(ncclCommInitRankConfig)
+
+extern "C" ncclResult_t pncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                          int rank) {
+  return pncclCommInitRankConfig(comm, nranks, commId, rank, nullptr);
+}
+NCCL_ALIAS(ncclCommInitRank)
+
+extern "C" ncclResult_t chorusCommInitRankHost(ncclComm_t* comm, int nranks, ncclUniqueId commId,
+                                               int rank, ncclConfig_t* config) {
+  return guarded(nullptr, "chorusCommInitRankHost", [&]() -> Status {
+    Result<CommOptions> o = optionsFrom(config, true);
+    if (!o.isOk()) return o.status().withContext("chorusCommInitRankHost");
+    return initOrDefer(comm, InitRequest{nranks, rank, commId, o.value()});
+  });
+}
+
+extern "C" ncclResult_t pncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank,
+                                                  int nId, ncclUniqueId* commIds,
+                                                  ncclConfig_t* config) {
+  return guarded(nullptr, "ncclCommInitRankScalable", [&]() -> Status {
+    if (nId < 1) return invalidArgument("ncclCommInitRankScalable: nId %d must be >= 1", nId);
+    if (commIds == nullptr) return invalidArgument("ncclCommInitRankScalable: commIds is NULL");
+    Result<CommOptions> o = optionsFrom(config, false);
+    if (!o.isOk()) return o.status().withContext("ncclCommInitRankScalable");
+    // Several ids only spread the rendezvous load; the first alone describes the clique.
+    return initOrDefer(newcomm, InitRequest{nranks, myrank, commIds[0], o.value()});
+  });
+}
+NCCL_ALIAS(ncclCommInitRankScalable)
+
+extern "C" ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  return guarded(nullptr, "ncclCommInitAll", [&]() -> Status {
+    if (comms == nullptr) return invalidArgument("ncclCommInitAll: comm is NULL");
+    if (ndev < 1) return invalidArgument("ncclCommInitAll: ndev %d must be at least 1", ndev);
+    if (devlist != nullptr) {
+      for (int i = 0; i < ndev; ++i)
+        if (devlist[i] < 0)
+          return invalidArgument("ncclCommInitAll: devlist[%d] = %d is not a device", i,
+                                 devlist[i]);
+    }
+    Result<CommOptions> o = optionsFrom(nullptr, false);
+    if (!o.isOk()) return o.status().withContext("ncclCommInitAll");
+    // The clique lives in this process only: never take the rendezvous address from
+    // NCCL_COMM_ID, which describes the process's multi-process clique.
+    Result<UniqueIdInfo> info = createLocalUniqueId();
+    if (!info.isOk()) return info.status().withContext("ncclCommInitAll");
+    ncclUniqueId id;
+    encodeUniqueId(info.value(), reinterpret_cast<unsigned char*>(id.internal));
+    std::vector<ncclComm_t> handles(ndev, nullptr);
+    std::vector<Status> results(ndev);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < ndev; ++r) {
+      handles[r] = new ncclComm();
+      threads.emplace_back([&, r] {
+        results[r] = initComm(handles[r], InitRequest{ndev, r, id, o.value()});
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int r = 0; r < ndev; ++r) {
+      if (!results[r].isOk()) {
+        for (int k = 0; k < ndev; ++k) {
+          if (CommRef impl = handles[k]->get()) impl->abort();
+          retire(handles[k]);
+          delete handles[k];
+        }
+        return results[r].withContext("ncclCommInitAll");
+      }
+    }
+    for (int r = 0; r < ndev; ++r) comms[r] = handles[r];
+    return Status::ok();
+  });
+}
+NCCL_ALIAS(ncclCommInitAll)
+
+extern "C" ncclResult_t pncclCommFinalize(ncclComm_t comm) {
+  return guarded(comm, "ncclCommFinalize", [&]() -> Status {
+    Result<CommRef> c = usableComm(comm, "ncclCommFinalize");
+    if (!c.isOk()) return c.status();
+    return c.value()->finalize();
+  });
+}
+NCCL_ALIAS(ncclCommFinalize)
+
+extern "C" ncclResult_t pncclCommDestroy(ncclComm_t comm) {
+  return guarded(nullptr, "ncclCommDestroy", [&]() -> Status {
+    // NCCL accepts a NULL communicator here and does nothing.
+    if (comm == nullptr) return Status::ok();
+    if (comm->magic.load() != kCommLive)
+      return invalidUsage("ncclCommDestroy: comm was already destroyed or aborted");
+    retire(comm);
+    return Status::ok();
+  });
+}
+NCCL_ALIAS(ncclCommDestroy)
+
+extern "C" ncclResult_t pncclCommAbort(ncclComm_t comm) {
+  return guarded(nullptr, "ncclCommAbort", [&]() -> Status {
+    if (comm == nullptr) return Status::ok();
+    if (comm->magic.load() != kCommLive)
+      return invalidUsage("ncclCommAbort: comm was already destroyed or aborted");
+    if (CommRef impl = comm->get()) impl->abort();
+    retire(comm);
+    return Status::ok();
+  });
+}
+NCCL_ALIAS(ncclCommAbort)
+
+extern "C" ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  return guarded(comm, "ncclCommRevoke", [&]() -> Status {
+    Result<CommRef> c = usableComm(comm, "ncclCommRevoke");
+    if (!c.isOk()) return c.status();
+    if (revokeFlags != NCCL_REVOKE_DEFAULT)
+      return invalidArgument("ncclCommRevoke: revokeFlags must be NCCL_REVOKE_DEFAULT (0)");
+    return notImplemented("ncclCommRevoke");
+  });
+}
+NCCL_ALIAS(ncclCommRevoke)
+
+extern "C" ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                       ncclConfig_t* config) {
+  (void)color;
+  (void)key;
+  (void)config;
+  return guarded(comm, "ncclCommSplit", [&]() -> Status {
+    Result<CommRef> c = usableComm(comm, "ncclCommSplit");
+    if (!c.isOk()) return c.status();
+    if (newcomm == nullptr) return invalidArgument("ncclCommSplit: newcomm is NULL");
+    *newcomm = nullptr;
+    return notImplemented("ncclCommSplit");
+  });
+}
+NCCL_ALIAS(ncclCommSplit)
+
+extern "C" ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList,
+                                        int excludeRanksCount, ncclComm_t* newcomm,
+                                        ncclConfig_t* config, int shrinkFlags) {
+  (void)excludeRanksList;
+  (void)excludeRanksCount;
+  (void)config;
+  (void)shrinkFlags;
+  return guarded(comm, "ncclCommShrink", [&]() -> Status {
+    Result<CommRef> c = usableComm(comm, "ncclCommShrink");
+    if (!c.isOk()) return c.status();
+    if (newcomm == nullptr) return invalidArgument("ncclCommShrink: newcomm is NULL");
+    *newcomm = nullptr;
+    return notImplemented("ncclCommShrink");
+  });
+}
+NCCL_ALIAS(ncclCommShrink)
+
+extern "C" ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  return guarded(comm, "ncclCommGetAsyncError", [&]() -> Status {
+    if (asyncError == nullptr) return invalidArgument("ncclCommGetAsyncError: asyncError is NULL");
+    Result<CommRef> c = usableComm(comm, "ncclCommGetAsyncError");
+    if (!c.isOk()) return c.status();
+    *asyncError = static_cast<ncclResult_t>(c.value()->asyncError().code());
+    return Status::ok();
+  });
+}
+NCCL_ALIAS(ncclCommGetAsyncError)
+
+extern "C" ncclResult_t pncclCommCount(const ncclComm_t comm, int* count) {
+  return guarded(comm, "ncclCommCount", [&]() -> Status {
+    if (count == nullptr) return invalidArgument("ncclCommCount: count is NULL");
+    Result<CommRef> c = usableComm(comm, "ncclCommCount");
+    if (!c.isOk()) return c.status();
+    *count = c.value()->nranks();
+    return Status::ok();
+  });
+}
+NCCL_ALIAS(ncclCommCount)
+
+extern "C" ncclResult_t pncclCommCuDevice(const ncclComm_t comm, int* device) {
+  return guarded(comm, "ncclCommCuDevice", [&]() -> Status {
+    if (device == nullptr) return invalidArgument("ncclCommCuDevice: device is NULL");
+    Result<CommRef> c = usableComm(comm, "ncclCommCuDevice");
+    if (!c.isOk()) return c.status();
+    *device = c.value()->cudaDev();
+    return Status::ok();
+  });
+}
+NCCL_ALIAS(ncclCommCuDevice)
+
+extern "C" ncclResult_t pncclCommUserRank(const ncclComm_t comm, int* rank) {
+  return guarded(comm, "ncclCommUserRank", [&]() -> Status {
+    if (rank == nullptr) return invalidArgument("ncclCommUserRank: rank is NULL");
+    Result<CommRef> c = usableComm(comm, "ncclCommUserRank");
+    if (!c.isOk()) return c.status();
+    *rank = c.value()->rank();
+    return Status::ok();
+  });
+}
+NCCL_ALIAS(ncclCommUserRank)
+
+extern "C" ncclResult_t chorusCommMemType(const ncclComm_t comm, chorusMemType_t* memType) {
+  return guarded(comm, "chorusCommMemType", [&]() -> Status {
+    if (memType == nullptr) return invalidArgument("chorusCommMemType: memType is NULL");
+    Result<CommRef> c = usableComm(comm, "chorusCommMemType");
+    if (!c.isOk()) return c.status();
+    *memType = c.value()->isHost() ? chorusMemHost : chorusMemDevice;
+    return Status::ok();
+  });
+}
+
+// Registration only hints that a buffer will be reused; host communicators copy through their
+// own FIFOs, so the handle just records the range for Deregister to check.
+struct ChorusRegistration {
+  ncclComm_t comm;
+  void* buff;
+  size_t size;
+};
+
+extern "C" ncclResult_t pncclCommRegister(const ncclComm_t comm, void* buff, size_t size,
+                                          void** handle) {
+  return guarded(comm, "ncclCommRegister", [&]() -> Status {
+    Result<CommRef> c = usableComm(comm, "ncclCommRegister");
+    if (!c.isOk()) return c.status();
+    if (handle == nullptr) return invalidArgument("ncclCommRegister: handle is NULL");
+    if (buff == nullptr && size > 0) return invalidArgument("ncclCommRegister: buff is NULL");
+    *handle = new ChorusRegistration{comm, buff, size};
+    return Status::ok();
+  });
+}
+NCCL_ALIAS(ncclCommRegister)
+
+extern "C" ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle) {
+  return guarded(comm, "ncclCommDeregister", [&]() -> Status {
+    Result<CommRef> c = usableComm(comm, "ncclCommDeregister");
+    if (!c.isOk()) return c.status();
+    if (handle == nullptr) return invalidArgument("ncclCommDeregister: handle is NULL");
+    auto* reg = static_cast<ChorusRegistration*>(handle);
+    if (reg->comm != comm)
+      return invalidArgument("ncclCommDeregister: handle was registered on another communicator");
+    delete reg;
+    return Status::ok();
+  });
+}
+NCCL_ALIAS(ncclCommDeregister)
+
+extern "C" ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
+                                                ncclWindow_t* win, int winFlags) {
+  (void)buff;
+  (void)size;
+  (void)winFlags;
+  return guarded(comm, "ncclCommWindowRegister", [&]() -> Status {
+    Result<CommRef> c = usableComm(comm, "ncclCommWindowRegister");
+    if (!c.isOk()) return c.status();
+    if (win == nullptr) return invalidArgument("ncclCommWindowRegister: win is NULL");
+    *win = nullptr;
+    return notImplemented("ncclCommWindowRegister (symmetric memory windows)");
+  });
+}
+NCCL_ALIAS(ncclCommWindowRegister)
+
+extern "C" ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  (void)win;
+  return guarded(comm, "ncclCommWindowDeregister", [&]() -> Status {
+    Result<CommRef> c = usableComm(comm, "ncclCommWindowDeregister");
+    if (!c.isOk()) return c.status();
+    return notImplemented("ncclCommWindowDeregister (symmetric memory windows)");
+  });
+}
+NCCL_ALIAS(ncclCommWindowDeregister)
+
+// Host communicators use ordinary memory, so ncclMemAlloc hands out page-aligned host memory.
+extern "C" ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
+  return guarded(nullptr, "ncclMemAlloc", [&]() -> Status {
+    if (ptr == nullptr) return invalidArgument("ncclMemAlloc: ptr is NULL");
+    *ptr = nullptr;
+    if (size == 0) return Status::ok();
+    size_t rounded = (size + 4095) & ~size_t(4095);
+    if (rounded < size) return invalidArgument("ncclMemAlloc: size %zu is too large", size);
+    void* p = aligned_alloc(4096, rounded);
+    if (p == nullptr) return systemError("ncclMemAlloc: cannot allocate %zu bytes", size);
+    *ptr = p;
+    return Status::ok();
+  });
+}
+NCCL_ALIAS(ncclMemAlloc)
+
+extern "C" ncclResult_t pncclMemFree(void* ptr) {
+  free(ptr);
+  return ncclSuccess;
+}
+NCCL_ALIAS(ncclMemFree)

@@ -1,0 +1,121 @@
+#include "common/param.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "common/log.h"
+
+namespace chorus {
+
+namespace {
+
+// The one list of Chorus's knobs. Keep it sorted by area; chorus-info --params prints it.
+const std::vector<ParamDef> kParams = {
+    // Logging
+    {"DEBUG", ParamType::kString, "", "Log level: WARN, INFO or TRACE (empty: errors only)", true},
+    {"DEBUG_SUBSYS", ParamType::kString, "INIT,ENV",
+     "Comma list of subsystems to log "
+     "(INIT,COLL,P2P,SHM,NET,BOOTSTRAP,ENV,TUNING,PROXY,GRAPH,ALL); "
+     "^ in front excludes them",
+     true},
+    {"DEBUG_FILE", ParamType::kString, "",
+     "Write the log to this file instead of stderr; %h expands to the host, %p to the pid", true},
+    // Bootstrap
+    {"COMM_ID", ParamType::kString, "",
+     "host:port of the rendezvous; when set every process derives the same unique id from it and "
+     "rank 0 listens there",
+     true},
+    {"COMM_SECRET", ParamType::kString, "",
+     "Shared secret for a COMM_ID rendezvous; connections without it are dropped", false},
+    {"INIT_TIMEOUT", ParamType::kInt, "120",
+     "Seconds to wait for all ranks to join at init before failing with the missing ranks", false},
+    {"TIMEOUT", ParamType::kInt, "600",
+     "Seconds any wait for a peer may last before the operation fails (0: wait forever)", false},
+    // Network
+    {"SOCKET_IFNAME", ParamType::kString, "",
+     "Interfaces for sockets: prefix list (eth,ens), ^ to exclude, = for exact names", true},
+    {"SOCKET_FAMILY", ParamType::kString, "", "AF_INET or AF_INET6 to force an address family",
+     true},
+    {"SOCKET_NTHREADS", ParamType::kInt, "1", "Proxy threads driving socket connections", true},
+    {"SOCKET_BUFFSIZE", ParamType::kInt, "4194304",
+     "SO_SNDBUF/SO_RCVBUF of data sockets (0: OS default)", false},
+    // Shared memory
+    {"SHM_DISABLE", ParamType::kInt, "0",
+     "1: never use shared memory, even between ranks on one host", true},
+    // Host communicators
+    {"HOST_COMM", ParamType::kInt, "-1",
+     "1: communicators run on host memory; 0: require a CUDA device; -1: host when no CUDA device "
+     "is "
+     "usable",
+     false},
+    {"HOSTID", ParamType::kString, "", "Override the host identity used to group ranks on one host",
+     false},
+    // Data path
+    {"BUFFSIZE", ParamType::kInt, "1048576",
+     "Bytes of each connector FIFO (split into STEPS slots)", true},
+    {"STEPS", ParamType::kInt, "8", "Slots per connector FIFO", false},
+    {"CHUNKSIZE", ParamType::kInt, "131072", "Bytes a ring step moves at most (a FIFO slot)",
+     false},
+    {"SPIN_COUNT", ParamType::kInt, "2000",
+     "Polls of a flag before a waiting thread starts yielding the core", false},
+    {"ALGO", ParamType::kString, "", "Force the algorithm (ring)", true},
+};
+
+std::mutex gWarnMutex;
+std::set<std::string>* gWarned = nullptr;  // names already warned about (leaked on purpose)
+
+const ParamDef* findParam(const char* name) {
+  for (const ParamDef& p : kParams)
+    if (strcmp(p.name, name) == 0) return &p;
+  return nullptr;
+}
+
+void warnOnce(const std::string& key, const std::string& text) {
+  std::lock_guard<std::mutex> lock(gWarnMutex);
+  if (gWarned == nullptr) gWarned = new std::set<std::string>();
+  if (!gWarned->insert(key).second) return;
+  LOG_WARN(kSubsysEnv, "%s", text.c_str());
+}
+
+}  // namespace
+
+const std::vector<ParamDef>& paramTable() {
+  return kParams;
+}
+
+ParamValue paramRaw(const char* name) {
+  const ParamDef* def = findParam(name);
+  if (def == nullptr) return {"", "unknown", false};
+  std::string chorusName = std::string("CHORUS_") + name;
+  if (const char* v = getenv(chorusName.c_str())) return {v, chorusName, true};
+  if (def->ncclAlias) {
+    std::string ncclName = std::string("NCCL_") + name;
+    if (const char* v = getenv(ncclName.c_str())) return {v, ncclName, true};
+  }
+  return {def->defaultValue, "default", false};
+}
+
+int64_t paramInt(const char* name) {
+  const ParamDef* def = findParam(name);
+  ParamValue raw = paramRaw(name);
+  int64_t fallback = def != nullptr ? strtoll(def->defaultValue, nullptr, 0) : 0;
+  if (!raw.isSet) return fallback;
+  errno = 0;
+  char* end = nullptr;
+  long long v = strtoll(raw.value.c_str(), &end, 0);
+  if (errno != 0 || end == raw.value.c_str() || *end != '\0') {
+    warnOnce(raw.source, raw.source + "=\"" + raw.value +
+                             "\" is not an integer; using the default " + def->defaultValue);
+    return fallback;
+  }
+  return v;
+}
+
+std::string paramString(const char* name) {
+  return paramRaw(name).value;
+}
+
+}  // namespace chorus

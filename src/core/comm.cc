@@ -1,0 +1,264 @@
+#include "core/comm.h"
+
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "common/log.h"
+#include "common/param.h"
+#include "topo/host_id.h"
+
+namespace chorus {
+
+namespace {
+
+constexpr int kTagRingSetup = 1000;
+
+uint64_t randomNonce() {
+  uint64_t v = 0;
+  if (getrandom(&v, sizeof(v), 0) != static_cast<ssize_t>(sizeof(v)))
+    v = static_cast<uint64_t>(getpid()) * 0x9e3779b97f4a7c15ull ^
+        static_cast<uint64_t>(Clock::now().time_since_epoch().count());
+  return v;
+}
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+}  // namespace
+
+Communicator::Communicator(int rank, int nranks, const CommOptions& options)
+    : rank_(rank), nranks_(nranks), options_(options) {}
+
+Communicator::~Communicator() {
+  // The proxies first deliver what was posted (peers may still be receiving the end of the
+  // last collective), then stop before the members they report errors to go away.
+  socket_.reset();
+  shm_.reset();
+}
+
+Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdInfo& id, int nranks,
+                                                           int rank, const CommOptions& options) {
+  std::unique_ptr<Communicator> comm(new Communicator(rank, nranks, options));
+  Status s = comm->init(id);
+  if (!s.isOk()) return s;
+  return comm;
+}
+
+Status Communicator::init(const UniqueIdInfo& id) {
+  timeoutSeconds_ = static_cast<double>(paramInt("TIMEOUT"));
+  spinCount_ = paramInt("SPIN_COUNT");
+  BootstrapOptions bo;
+  bo.initTimeoutSeconds = static_cast<double>(paramInt("INIT_TIMEOUT"));
+  bo.timeoutSeconds = timeoutSeconds_;
+  bo.abort = &abort_;
+  Result<std::unique_ptr<Bootstrap>> boot = Bootstrap::init(id, rank_, nranks_, bo);
+  if (!boot.isOk()) return boot.status().withContext(formatString("rank %d init", rank_));
+  bootstrap_ = boot.take();
+
+  // Everyone learns who shares a host with whom; rank 0's nonce names this communicator.
+  peers_.assign(nranks_, PeerInfo{});
+  PeerInfo& me = peers_[rank_];
+  me.rank = rank_;
+  me.pid = getpid();
+  me.hostId = localHostId();
+  me.shmDisabled = paramInt("SHM_DISABLE") != 0 ? 1 : 0;
+  me.nonce = randomNonce();
+  me.address = bootstrap_->localAddress();
+  CHORUS_TRY(bootstrap_->allGather(peers_.data(), sizeof(PeerInfo)));
+  for (int r = 0; r < nranks_; ++r) {
+    if (peers_[r].rank != r)
+      return internalError("rank %d: peer table is corrupt (slot %d holds rank %d)", rank_, r,
+                           peers_[r].rank);
+  }
+
+  Result<FifoGeometry> geometry = fifoGeometry(paramInt("BUFFSIZE"), paramInt("STEPS"));
+  if (!geometry.isOk()) return geometry.status();
+  transportCtx_.rank = rank_;
+  transportCtx_.nranks = nranks_;
+  transportCtx_.commTag = hex64(peers_[0].nonce);
+  transportCtx_.secret = id.secret ^ peers_[0].nonce;
+  transportCtx_.geometry = geometry.value();
+  transportCtx_.peers = &peers_;
+  transportCtx_.bootstrap = bootstrap_.get();
+  transportCtx_.abort = &abort_;
+  transportCtx_.errors = this;
+  transportCtx_.timeoutSeconds = timeoutSeconds_;
+
+  if (nranks_ > 1) CHORUS_TRY(connectRing());
+
+  exec_.rank = rank_;
+  exec_.nranks = nranks_;
+  ringRanks_.resize(nranks_);
+  for (int r = 0; r < nranks_; ++r) ringRanks_[r] = r;
+  exec_.ringIndex = rank_;
+  exec_.ringRanks = ringRanks_.data();
+  exec_.channels = &channels_;
+  exec_.abort = &abort_;
+  exec_.timeoutSeconds = timeoutSeconds_;
+  exec_.spinCount = spinCount_;
+  LOG_INFO(kSubsysInit, "rank %d of %d ready (%s memory, comm %s)", rank_, nranks_,
+           options_.host ? "host" : "device", transportCtx_.commTag.c_str());
+  return Status::ok();
+}
+
+Transport* Communicator::transportFor(const PeerInfo& peer) {
+  if (useShm(peers_[rank_], peer)) {
+    if (!shm_) shm_ = makeShmTransport(transportCtx_);
+    return shm_.get();
+  }
+  if (!socket_) socket_ = makeSocketTransport(transportCtx_);
+  return socket_.get();
+}
+
+Status Communicator::connectRing() {
+  int next = (rank_ + 1) % nranks_;
+  int prev = (rank_ + nranks_ - 1) % nranks_;
+  channels_.resize(1);
+  for (int c = 0; c < static_cast<int>(channels_.size()); ++c) {
+    HostChannel& ch = channels_[c];
+    ch.nextRank = next;
+    ch.prevRank = prev;
+    Transport* recvT = transportFor(peers_[prev]);
+    Transport* sendT = transportFor(peers_[next]);
+    ch.recvTransport = recvT->name();
+    ch.sendTransport = sendT->name();
+    ConnectInfo mine = {};
+    ConnectInfo theirs = {};
+    CHORUS_TRY(recvT->setupRecv(prev, c, &mine, &ch.recv));
+    CHORUS_TRY(bootstrap_->send(prev, kTagRingSetup + c, &mine, sizeof(mine)));
+    CHORUS_TRY(bootstrap_->recv(next, kTagRingSetup + c, &theirs, sizeof(theirs)));
+    CHORUS_TRY(sendT->connectSend(next, c, theirs, &ch.send));
+    CHORUS_TRY(recvT->finishRecv(prev, c));
+    LOG_INFO(kSubsysInit, "channel %d: %d -> %d via %s, %d -> %d via %s", c, prev, rank_,
+             ch.recvTransport, rank_, next, ch.sendTransport);
+  }
+  // All senders attached: transports may now release names and start their proxies.
+  CHORUS_TRY(bootstrap_->barrier());
+  if (shm_) CHORUS_TRY(shm_->afterSetup());
+  if (socket_) CHORUS_TRY(socket_->afterSetup());
+  return Status::ok();
+}
+
+Result<RedOp> Communicator::resolveOp(int op, DataType type) const {
+  RedOp r;
+  r.nranks = nranks_;
+  if (op >= 0 && op <= static_cast<int>(RedKind::kAvg)) {
+    r.kind = static_cast<RedKind>(op);
+    return r;
+  }
+  size_t index = static_cast<size_t>(op) - 5;
+  if (op < 5 || index >= userOps_.size() || !userOps_[index].live)
+    return invalidArgument(
+        "op %d is neither a built-in reduction nor a live operator of this "
+        "communicator",
+        op);
+  const UserRedOp& u = userOps_[index];
+  if (u.type != type)
+    return invalidArgument("op %d was created for datatype %s but is used with %s", op,
+                           dataTypeName(u.type), dataTypeName(type));
+  r = u.op;
+  if (u.scalarPtr != nullptr) memcpy(r.scalar, u.scalarPtr, dataTypeSize(type));
+  return r;
+}
+
+Result<int> Communicator::createPreMulSum(const void* scalar, DataType type,
+                                          bool scalarIsImmediate) {
+  UserRedOp u;
+  u.live = true;
+  u.type = type;
+  u.op.kind = RedKind::kPreMulSum;
+  u.op.nranks = nranks_;
+  if (scalarIsImmediate)
+    memcpy(u.op.scalar, scalar, dataTypeSize(type));
+  else
+    u.scalarPtr = scalar;
+  for (size_t i = 0; i < userOps_.size(); ++i) {
+    if (!userOps_[i].live) {
+      userOps_[i] = u;
+      return static_cast<int>(i) + 5;
+    }
+  }
+  userOps_.push_back(u);
+  return static_cast<int>(userOps_.size()) + 4;
+}
+
+Status Communicator::destroyOp(int op) {
+  size_t index = static_cast<size_t>(op) - 5;
+  if (op < 5 || index >= userOps_.size() || !userOps_[index].live)
+    return invalidArgument("op %d is not a live operator created on this communicator", op);
+  userOps_[index].live = false;
+  return Status::ok();
+}
+
+Status Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType type,
+                               const RedOp& op) {
+  CHORUS_TRY(checkUsable());
+  AllReduceArgs a{sendbuff, recvbuff, count, type, op};
+  Status s = hostAllReduce(exec_, a);
+  if (!s.isOk()) return explain(s);
+  return s;
+}
+
+Status Communicator::allGather(const void* sendbuff, void* recvbuff, size_t count, DataType type) {
+  CHORUS_TRY(checkUsable());
+  AllGatherArgs a{sendbuff, recvbuff, count, type};
+  Status s = hostAllGather(exec_, a);
+  if (!s.isOk()) return explain(s);
+  return s;
+}
+
+Status Communicator::explain(const Status& failure) const {
+  Status async = asyncError();
+  if (!async.isOk()) return async;
+  return failure;
+}
+
+Status Communicator::checkUsable() const {
+  Status async = asyncError();
+  if (!async.isOk()) return async;
+  if (abort_.isRaised()) return invalidUsage("rank %d: the communicator was aborted", rank_);
+  if (finalized_.load())
+    return invalidUsage("rank %d: the communicator was finalized; only ncclCommDestroy may follow",
+                        rank_);
+  return Status::ok();
+}
+
+Status Communicator::asyncError() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return asyncError_;
+}
+
+void Communicator::reportAsyncError(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!asyncError_.isOk()) return;
+    asyncError_ = status.withContext(formatString("rank %d", rank_));
+  }
+  abort_.raise();
+}
+
+Status Communicator::finalize() {
+  CHORUS_TRY(checkUsable());
+  // Collectives complete before returning on host communicators, so nothing is in flight; the
+  // barrier keeps peers from tearing down connections another rank still drains.
+  if (bootstrap_ && nranks_ > 1) CHORUS_TRY(bootstrap_->barrier());
+  finalized_.store(true);
+  return Status::ok();
+}
+
+void Communicator::setLastError(const std::string& message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  lastError_ = message;
+}
+
+std::string Communicator::lastError() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return lastError_;
+}
+
+}  // namespace chorus

@@ -1,0 +1,102 @@
+// Communicator: one rank's membership of a clique, with the bootstrap, the transports and the
+// ring channels it built at init, and the state shared with its proxy threads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "common/status.h"
+#include "common/wait.h"
+#include "exec/host_executor.h"
+#include "exec/reduce.h"
+#include "transport/transport.h"
+
+namespace chorus {
+
+struct CommOptions {
+  bool host = true;      // host memory communicator (device ones need a CUDA build)
+  int cudaDev = -1;      // the CUDA device of a device communicator
+  bool blocking = true;  // ncclConfig_t.blocking
+  std::string name;      // ncclConfig_t.commName
+};
+
+// A user reduction operator made by ncclRedOpCreatePreMulSum.
+struct UserRedOp {
+  bool live = false;
+  DataType type = DataType::kFloat32;
+  RedOp op;
+  const void* scalarPtr = nullptr;  // read at each call (ncclScalarDevice on a host comm)
+};
+
+class Communicator final : public ErrorSink {
+ public:
+  ~Communicator() override;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  // Joins the clique described by id and builds every connector; blocks until all ranks did.
+  static Result<std::unique_ptr<Communicator>> create(const UniqueIdInfo& id, int nranks, int rank,
+                                                      const CommOptions& options);
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  int cudaDev() const { return options_.cudaDev; }
+  bool isHost() const { return options_.host; }
+
+  // Resolves an ncclRedOp_t value for a given type (built-in or made by createPreMulSum).
+  Result<RedOp> resolveOp(int op, DataType type) const;
+  Result<int> createPreMulSum(const void* scalar, DataType type, bool scalarIsImmediate);
+  Status destroyOp(int op);
+
+  Status allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType type,
+                   const RedOp& op);
+  Status allGather(const void* sendbuff, void* recvbuff, size_t count, DataType type);
+
+  // Fails when the communicator was aborted, finalized or hit an asynchronous error.
+  Status checkUsable() const;
+  Status asyncError() const;
+  void reportAsyncError(const Status& status) override;
+  void abort() { abort_.raise(); }
+  Status finalize();
+
+  void setLastError(const std::string& message);
+  std::string lastError() const;
+
+ private:
+  Communicator(int rank, int nranks, const CommOptions& options);
+  Status init(const UniqueIdInfo& id);
+  Status connectRing();
+  Transport* transportFor(const PeerInfo& peer);
+  // Turns an executor failure into the error the user should see (the async cause first).
+  Status explain(const Status& failure) const;
+
+  int rank_;
+  int nranks_;
+  CommOptions options_;
+  AbortFlag abort_;
+  std::atomic<bool> finalized_{false};
+  double timeoutSeconds_ = 0;
+  int64_t spinCount_ = 0;
+
+  std::unique_ptr<Bootstrap> bootstrap_;
+  std::vector<PeerInfo> peers_;
+  TransportContext transportCtx_;
+  std::unique_ptr<Transport> shm_;
+  std::unique_ptr<Transport> socket_;
+  std::vector<HostChannel> channels_;
+  std::vector<int> ringRanks_;
+  ExecContext exec_;
+
+  std::vector<UserRedOp> userOps_;
+
+  mutable std::mutex mutex_;  // guards asyncError_ and lastError_
+  Status asyncError_;
+  std::string lastError_;
+};
+
+}  // namespace chorus

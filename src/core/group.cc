@@ -1,0 +1,71 @@
+#include "core/group.h"
+
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace chorus {
+
+namespace {
+
+struct Queue {
+  const void* key;
+  std::vector<std::function<Status()>> tasks;
+};
+
+struct GroupState {
+  int depth = 0;
+  std::vector<Queue> queues;
+};
+
+thread_local GroupState tGroup;
+
+Status runQueue(Queue& q) {
+  for (auto& task : q.tasks) {
+    Status s = task();
+    if (!s.isOk()) return s;
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+bool groupActive() {
+  return tGroup.depth > 0;
+}
+
+void groupStart() {
+  ++tGroup.depth;
+}
+
+void groupEnqueue(const void* key, std::function<Status()> task) {
+  for (Queue& q : tGroup.queues) {
+    if (q.key == key) {
+      q.tasks.push_back(std::move(task));
+      return;
+    }
+  }
+  tGroup.queues.push_back(Queue{key, {}});
+  tGroup.queues.back().tasks.push_back(std::move(task));
+}
+
+Status groupEnd() {
+  if (tGroup.depth == 0)
+    return invalidUsage("ncclGroupEnd called without a matching ncclGroupStart");
+  if (--tGroup.depth > 0) return Status::ok();
+  std::vector<Queue> queues = std::move(tGroup.queues);
+  tGroup.queues.clear();
+  if (queues.empty()) return Status::ok();
+  if (queues.size() == 1) return runQueue(queues[0]);
+  std::vector<Status> results(queues.size());
+  std::vector<std::thread> threads;
+  threads.reserve(queues.size());
+  for (size_t i = 0; i < queues.size(); ++i)
+    threads.emplace_back([&, i] { results[i] = runQueue(queues[i]); });
+  for (std::thread& t : threads) t.join();
+  for (const Status& s : results)
+    if (!s.isOk()) return s;
+  return Status::ok();
+}
+
+}  // namespace chorus

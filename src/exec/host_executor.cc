@@ -1,0 +1,161 @@
+#include "exec/host_executor.h"
+
+#include <cstring>
+
+#include "algorithms/ring_allgather.h"
+#include "algorithms/ring_allreduce.h"
+
+namespace chorus {
+
+namespace {
+
+// Host primitives for one ring channel: each step waits on the connectors (bounded by the
+// timeout and the abort flag) and runs one fused reduce-copy pass.
+class HostRingPrims {
+ public:
+  HostRingPrims(const ExecContext& ctx, HostChannel& ch, const char* input, char* output,
+                DataType type, const RedOp& op, const char* opName)
+      : ctx_(ctx),
+        ch_(ch),
+        input_(input),
+        output_(output),
+        eltSize_(dataTypeSize(type)),
+        type_(type),
+        op_(op),
+        opName_(opName) {}
+
+  bool send(size_t in, size_t n) { return step(in, 0, n, kLocal | kSend); }
+  bool copySend(size_t in, size_t out, size_t n) { return step(in, out, n, kLocal | kSend | kOut); }
+  bool recvReduceSend(size_t in, size_t n) { return step(in, 0, n, kLocal | kRecv | kSend); }
+  bool recvReduceCopySend(size_t in, size_t out, size_t n) {
+    return step(in, out, n, kLocal | kRecv | kSend | kOut | kFinal);
+  }
+  bool recvCopySend(size_t out, size_t n) { return step(0, out, n, kRecv | kSend | kOut); }
+  bool recv(size_t out, size_t n) { return step(0, out, n, kRecv | kOut); }
+
+  const Status& status() const { return status_; }
+
+ private:
+  enum StepFlags : unsigned { kLocal = 1, kRecv = 2, kSend = 4, kOut = 8, kFinal = 16 };
+
+  // One step: optionally take a slot from prev, optionally combine it with local input, write
+  // the result to the output and/or the next send slot.
+  bool step(size_t in, size_t out, size_t n, unsigned flags) {
+    const bool useLocal = flags & kLocal, useRecv = flags & kRecv, useSend = flags & kSend;
+    const bool writeOutput = flags & kOut;
+    size_t bytes = n * eltSize_;
+    const void* recvSlot = nullptr;
+    void* sendSlot = nullptr;
+    Code failure = Code::kSuccess;
+    if (useRecv) {
+      Waiter w(ctx_.timeoutSeconds, ctx_.abort, ctx_.spinCount);
+      size_t got = 0;
+      recvSlot = ch_.recv.wait(w, &got, &failure);
+      if (recvSlot == nullptr) return fail(failure, ch_.prevRank, ch_.recvTransport, "from");
+      if (got != bytes) {
+        status_ = internalError("rank %d: %s expected %zu bytes from rank %d but got %zu",
+                                ctx_.rank, opName_, bytes, ch_.prevRank, got);
+        return false;
+      }
+    }
+    if (useSend) {
+      Waiter w(ctx_.timeoutSeconds, ctx_.abort, ctx_.spinCount);
+      sendSlot = ch_.send.acquire(w, &failure);
+      if (sendSlot == nullptr) return fail(failure, ch_.nextRank, ch_.sendTransport, "to");
+    }
+    if (n > 0) {
+      ReduceCopyArgs a;
+      a.peer = recvSlot;
+      a.local = useLocal ? input_ + in * eltSize_ : nullptr;
+      a.dst0 = writeOutput ? static_cast<void*>(output_ + out * eltSize_) : sendSlot;
+      a.dst1 = writeOutput ? sendSlot : nullptr;
+      a.count = n;
+      a.type = type_;
+      a.op = &op_;
+      a.finalize = (flags & kFinal) != 0;
+      reduceCopy(a);
+    }
+    if (useSend) ch_.send.post(bytes);
+    if (useRecv) ch_.recv.release();
+    return true;
+  }
+
+  bool fail(Code code, int peer, const char* transport, const char* direction) {
+    if (code == Code::kRemoteError && direction[0] == 'f' && ch_.recv.peerClosed()) {
+      status_ = remoteError(
+          "rank %d: %s needs more data from rank %d, which closed its %s connection: the peer "
+          "exited or destroyed its communicator before finishing the same collective",
+          ctx_.rank, opName_, peer, transport);
+    } else if (code == Code::kRemoteError) {
+      status_ = remoteError(
+          "rank %d: %s timed out after %.0f s waiting for data %s rank %d over %s; the peer is "
+          "stuck, dead or did not call the same collective (raise CHORUS_TIMEOUT if it is slow)",
+          ctx_.rank, opName_, ctx_.timeoutSeconds, direction, peer, transport);
+    } else {
+      status_ =
+          invalidUsage("rank %d: %s interrupted: the communicator was aborted", ctx_.rank, opName_);
+    }
+    return false;
+  }
+
+  const ExecContext& ctx_;
+  HostChannel& ch_;
+  const char* input_;
+  char* output_;
+  size_t eltSize_;
+  DataType type_;
+  const RedOp& op_;
+  const char* opName_;
+  Status status_;
+};
+
+}  // namespace
+
+Status hostAllReduce(const ExecContext& ctx, const AllReduceArgs& args) {
+  if (args.count == 0) return Status::ok();
+  if (ctx.nranks == 1) {
+    ReduceCopyArgs a;
+    a.local = args.sendbuff;
+    a.dst0 = args.recvbuff;
+    a.count = args.count;
+    a.type = args.type;
+    a.op = &args.op;
+    a.finalize = true;
+    reduceCopy(a);
+    return Status::ok();
+  }
+  HostChannel& ch = (*ctx.channels)[0];
+  HostRingPrims prims(ctx, ch, static_cast<const char*>(args.sendbuff),
+                      static_cast<char*>(args.recvbuff), args.type, args.op, "ncclAllReduce");
+  RingAllReduceShape shape;
+  shape.count = args.count;
+  shape.chunkElems = ch.send.slotBytes() / dataTypeSize(args.type);
+  shape.nranks = ctx.nranks;
+  shape.ringIndex = ctx.ringIndex;
+  if (!ringAllReduce(prims, shape)) return prims.status();
+  return Status::ok();
+}
+
+Status hostAllGather(const ExecContext& ctx, const AllGatherArgs& args) {
+  if (args.count == 0) return Status::ok();
+  size_t es = dataTypeSize(args.type);
+  auto* out = static_cast<char*>(args.recvbuff);
+  if (ctx.nranks == 1) {
+    if (args.sendbuff != out) memcpy(out, args.sendbuff, args.count * es);
+    return Status::ok();
+  }
+  HostChannel& ch = (*ctx.channels)[0];
+  RedOp copyOnly;
+  HostRingPrims prims(ctx, ch, static_cast<const char*>(args.sendbuff), out, args.type, copyOnly,
+                      "ncclAllGather");
+  RingAllGatherShape shape;
+  shape.count = args.count;
+  shape.chunkElems = ch.send.slotBytes() / es;
+  shape.nranks = ctx.nranks;
+  shape.ringIndex = ctx.ringIndex;
+  shape.ringRanks = ctx.ringRanks;
+  if (!ringAllGather(prims, shape)) return prims.status();
+  return Status::ok();
+}
+
+}  // namespace chorus

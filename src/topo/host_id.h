@@ -1,0 +1,15 @@
+// Host identity: ranks with equal host ids share memory and may use the shm transport.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace chorus {
+
+// Hash of hostname, kernel boot id and network namespace, so ranks in different network
+// namespaces of one machine count as different hosts. CHORUS_HOSTID overrides it.
+uint64_t localHostId();
+// The text the hash was made from (for logs and chorus-info).
+std::string localHostIdText();
+
+}  // namespace chorus

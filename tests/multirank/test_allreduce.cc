@@ -1,0 +1,206 @@
+// All-reduce across real ranks: every datatype x op x count x in/out-of-place, on threads and
+// forked processes, over shared memory and over TCP. Results are compared with a reference
+// computed here from every rank's inputs; inputs are chosen so that every partial result is
+// exactly representable, hence the comparison is exact (Avg: within one rounding).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "harness.h"
+
+using chorus_test::RankMode;
+
+namespace {
+
+enum Op { kSum, kProd, kMax, kMin, kAvg, kPreMulSum, kNumTestOps };
+const char* kOpNames[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
+
+bool isUnsigned(ncclDataType_t t) {
+  return t == ncclUint8 || t == ncclUint32 || t == ncclUint64;
+}
+
+// Element i of rank's input: small integers whose partial sums/products stay exact in the type.
+double inputValue(int rank, size_t i, ncclDataType_t type, Op op) {
+  auto k = static_cast<int64_t>(i);
+  switch (op) {
+    case kProd: {
+      int64_t m = (rank + k) % 3;
+      if (isUnsigned(type)) return m == 0 ? 2 : 1;
+      return m == 0 ? 2 : (m == 1 ? 1 : -1);
+    }
+    case kMax:
+    case kMin: {
+      int64_t v = (rank * 5 + k * 11) % 17;
+      return isUnsigned(type) ? v : v - 8;
+    }
+    default: {
+      if (type == ncclFloat8e5m2) return static_cast<double>((rank * 7 + k * 3) % 3 - 1);
+      int64_t v = (rank * 7 + k * 3) % 5;
+      return isUnsigned(type) ? v : v - 2;
+    }
+  }
+}
+
+double expectedValue(int nranks, size_t i, ncclDataType_t type, Op op) {
+  double acc = inputValue(0, i, type, op);
+  if (op == kPreMulSum) acc *= 2;
+  for (int r = 1; r < nranks; ++r) {
+    double v = inputValue(r, i, type, op);
+    switch (op) {
+      case kProd:
+        acc *= v;
+        break;
+      case kMax:
+        acc = std::max(acc, v);
+        break;
+      case kMin:
+        acc = std::min(acc, v);
+        break;
+      case kPreMulSum:
+        acc += 2 * v;
+        break;
+      default:
+        acc += v;
+    }
+  }
+  if (op == kAvg) {
+    if (chorus_test::isFloatType(type)) return acc / nranks;
+    return std::trunc(acc / nranks);
+  }
+  return chorus_test::wrapToType(acc, type);
+}
+
+// Avg of floats is one division rounded to the type; everything else must be exact.
+double tolerance(ncclDataType_t type, Op op, double expected) {
+  if (op != kAvg || !chorus_test::isFloatType(type)) return 0;
+  double eps = type == ncclFloat64      ? 1e-15
+               : type == ncclFloat32    ? 1e-7
+               : type == ncclFloat16    ? 1e-3
+               : type == ncclBfloat16   ? 8e-3
+               : type == ncclFloat8e4m3 ? 0.07
+                                        : 0.13;
+  return eps * std::fabs(expected) + 1e-30;
+}
+
+uint64_t checksum(const void* p, size_t bytes) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+struct AlignedDelete {
+  void operator()(unsigned char* p) const { free(p); }
+};
+using Buffer = std::unique_ptr<unsigned char, AlignedDelete>;
+Buffer allocBuffer(size_t bytes) {
+  return Buffer(static_cast<unsigned char*>(aligned_alloc(64, ((bytes + 64) / 64 + 1) * 64)));
+}
+
+// Runs one all-reduce and checks every element; also checks all ranks hold identical bits.
+void checkCase(int rank, int nranks, ncclComm_t comm, ncclDataType_t type, Op op, size_t count,
+               bool inPlace) {
+  size_t es = chorus_test::typeSize(type);
+  // One element of offset from a 64-byte boundary: the library must not assume alignment.
+  Buffer sendBase = allocBuffer((count + 1) * es);
+  Buffer recvBase = allocBuffer((count + 1) * es);
+  unsigned char* send = sendBase.get() + es;
+  unsigned char* recv = inPlace ? send : recvBase.get() + es;
+  for (size_t i = 0; i < count; ++i)
+    chorus_test::storeExact(send, i, type, inputValue(rank, i, type, op));
+  ncclRedOp_t redop = static_cast<ncclRedOp_t>(op);
+  if (op == kPreMulSum) {
+    alignas(8) unsigned char scalar[8] = {};
+    chorus_test::storeExact(scalar, 0, type, 2.0);
+    ASSERT_EQ(ncclRedOpCreatePreMulSum(&redop, scalar, type, ncclScalarHostImmediate, comm),
+              ncclSuccess)
+        << ncclGetLastError(comm);
+  }
+  ASSERT_EQ(ncclAllReduce(send, recv, count, type, redop, comm, nullptr), ncclSuccess)
+      << ncclGetLastError(comm);
+  if (op == kPreMulSum) {
+    EXPECT_EQ(ncclRedOpDestroy(redop, comm), ncclSuccess);
+  }
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    double want = expectedValue(nranks, i, type, op);
+    double got = chorus_test::loadValue(recv, i, type);
+    if (!(std::fabs(got - want) <= tolerance(type, op, want))) {
+      if (wrong++ < 3)
+        ADD_FAILURE() << "rank " << rank << " " << chorus_test::typeName(type) << " "
+                      << kOpNames[op] << " count " << count << (inPlace ? " in-place" : "")
+                      << ": element " << i << " is " << got << ", expected " << want;
+    }
+  }
+  EXPECT_EQ(wrong, 0u);
+  // Bitwise agreement: the max and the min of every rank's checksum must coincide.
+  uint64_t sum[2] = {checksum(recv, count * es), 0};
+  sum[1] = sum[0];
+  ASSERT_EQ(ncclAllReduce(&sum[0], &sum[0], 1, ncclUint64, ncclMax, comm, nullptr), ncclSuccess);
+  ASSERT_EQ(ncclAllReduce(&sum[1], &sum[1], 1, ncclUint64, ncclMin, comm, nullptr), ncclSuccess);
+  EXPECT_EQ(sum[0], sum[1]) << "ranks disagree bitwise: " << chorus_test::typeName(type) << " "
+                            << kOpNames[op] << " count " << count;
+}
+
+const ncclDataType_t kAllTypes[] = {ncclInt8,    ncclUint8,    ncclInt32,      ncclUint32,
+                                    ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
+                                    ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
+
+using Config = std::tuple<RankMode, bool /*socket*/, int /*nranks*/>;
+
+class AllReduceMatrix : public ::testing::TestWithParam<Config> {};
+
+TEST_P(AllReduceMatrix, EveryTypeOpCountAndPlacement) {
+  RankMode mode = std::get<0>(GetParam());
+  bool socket = std::get<1>(GetParam());
+  int nranks = std::get<2>(GetParam());
+  std::vector<std::string> env;
+  if (socket) env.push_back("CHORUS_SHM_DISABLE=1");
+  // Small FIFOs make multi-slot pipelining and chunk boundaries happen at modest counts.
+  env.push_back("CHORUS_BUFFSIZE=65536");
+  const size_t counts[] = {0, 1, 2, 7, 13, 1031, 20011};
+  chorus_test::runRanks(nranks, mode, env, [&](int rank, int n, ncclComm_t comm) {
+    for (ncclDataType_t type : kAllTypes)
+      for (int op = 0; op < kNumTestOps; ++op)
+        for (size_t count : counts)
+          for (bool inPlace : {false, true})
+            checkCase(rank, n, comm, type, static_cast<Op>(op), count, inPlace);
+  });
+}
+
+// Large messages: many loops of the ring, every slot of the FIFO reused many times.
+TEST_P(AllReduceMatrix, LargeFloatSum) {
+  RankMode mode = std::get<0>(GetParam());
+  bool socket = std::get<1>(GetParam());
+  int nranks = std::get<2>(GetParam());
+  std::vector<std::string> env;
+  if (socket) env.push_back("CHORUS_SHM_DISABLE=1");
+  chorus_test::runRanks(nranks, mode, env, [&](int rank, int n, ncclComm_t comm) {
+    const size_t count = (size_t(16) << 20) / 4 + 3;  // just over 16 MiB of floats
+    checkCase(rank, n, comm, ncclFloat32, kSum, count, false);
+    checkCase(rank, n, comm, ncclInt32, kMax, count / 4 + 1, true);
+  });
+}
+
+std::string configName(const ::testing::TestParamInfo<Config>& info) {
+  return std::string(chorus_test::modeName(std::get<0>(info.param))) +
+         (std::get<1>(info.param) ? "_tcp_" : "_shm_") + std::to_string(std::get<2>(info.param)) +
+         "ranks";
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, AllReduceMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kThreads),
+                                            ::testing::Bool(), ::testing::Values(1, 2, 3, 4, 8)),
+                         configName);
+INSTANTIATE_TEST_SUITE_P(Processes, AllReduceMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kProcesses),
+                                            ::testing::Bool(), ::testing::Values(2, 3, 5)),
+                         configName);
+
+}  // namespace

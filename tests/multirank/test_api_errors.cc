@@ -1,0 +1,255 @@
+// The C API under misuse and in its lifecycle corners: every bad argument gets a named error
+// and a message that names it, stale handles are refused, waits end by timeout or abort, and
+// group calls drive several communicators of one process.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "chorus.h"
+#include "harness.h"
+
+namespace {
+
+std::string lastError(ncclComm_t comm = nullptr) {
+  return ncclGetLastError(comm);
+}
+
+// One communicator of one rank: enough for argument checks.
+struct SoloComm {
+  SoloComm() {
+    ncclUniqueId id;
+    EXPECT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    EXPECT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess) << lastError();
+  }
+  ~SoloComm() {
+    if (comm != nullptr) ncclCommDestroy(comm);
+  }
+  ncclComm_t comm = nullptr;
+};
+
+TEST(ApiErrors, NullAndInvalidArgumentsAreNamed) {
+  SoloComm s;
+  float a[4] = {1, 2, 3, 4}, b[4];
+  EXPECT_EQ(ncclAllReduce(a, b, 4, ncclFloat, ncclSum, nullptr, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError().find("comm is NULL"), std::string::npos) << lastError();
+  EXPECT_EQ(ncclAllReduce(nullptr, b, 4, ncclFloat, ncclSum, s.comm, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("sendbuff is NULL"), std::string::npos);
+  EXPECT_EQ(ncclAllReduce(a, nullptr, 4, ncclFloat, ncclSum, s.comm, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("recvbuff is NULL"), std::string::npos);
+  EXPECT_EQ(ncclAllReduce(a, b, 4, static_cast<ncclDataType_t>(42), ncclSum, s.comm, nullptr),
+            ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("datatype 42"), std::string::npos);
+  EXPECT_EQ(ncclAllReduce(a, b, 4, ncclFloat, static_cast<ncclRedOp_t>(77), s.comm, nullptr),
+            ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("op 77"), std::string::npos);
+  EXPECT_EQ(ncclAllReduce(a, b, SIZE_MAX / 2, ncclFloat, ncclSum, s.comm, nullptr),
+            ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("overflows"), std::string::npos);
+  EXPECT_EQ(ncclAllReduce(a, a + 1, 3, ncclFloat, ncclSum, s.comm, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("overlap"), std::string::npos);
+  // Empty calls accept NULL buffers.
+  EXPECT_EQ(ncclAllReduce(nullptr, nullptr, 0, ncclFloat, ncclSum, s.comm, nullptr), ncclSuccess);
+}
+
+TEST(ApiErrors, QueriesCheckTheirOutputPointers) {
+  SoloComm s;
+  int v = -5;
+  EXPECT_EQ(ncclCommCount(s.comm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommCount(s.comm, &v), ncclSuccess);
+  EXPECT_EQ(v, 1);
+  EXPECT_EQ(ncclCommUserRank(s.comm, &v), ncclSuccess);
+  EXPECT_EQ(v, 0);
+  EXPECT_EQ(ncclCommCuDevice(s.comm, &v), ncclSuccess);
+  EXPECT_EQ(v, -1);
+  chorusMemType_t mt;
+  EXPECT_EQ(chorusCommMemType(s.comm, &mt), ncclSuccess);
+  EXPECT_EQ(mt, chorusMemHost);
+  EXPECT_EQ(ncclGetVersion(nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclGetVersion(&v), ncclSuccess);
+  EXPECT_EQ(v, NCCL_VERSION_CODE);
+  ncclResult_t async = ncclInternalError;
+  EXPECT_EQ(ncclCommGetAsyncError(s.comm, &async), ncclSuccess);
+  EXPECT_EQ(async, ncclSuccess);
+}
+
+TEST(ApiErrors, InitRejectsBadRanksIdsAndConfigs) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t comm = nullptr;
+  EXPECT_EQ(ncclCommInitRank(&comm, 0, id, 0), ncclInvalidArgument);
+  EXPECT_NE(lastError().find("nranks"), std::string::npos) << lastError();
+  EXPECT_EQ(ncclCommInitRank(&comm, 2, id, 2), ncclInvalidArgument);
+  EXPECT_NE(lastError().find("rank 2"), std::string::npos) << lastError();
+  EXPECT_EQ(ncclCommInitRank(&comm, 2, id, -1), ncclInvalidArgument);
+  EXPECT_EQ(ncclCommInitRank(nullptr, 1, id, 0), ncclInvalidArgument);
+  ncclUniqueId garbage;
+  memset(&garbage, 0xab, sizeof(garbage));
+  EXPECT_EQ(ncclCommInitRank(&comm, 1, garbage, 0), ncclInvalidArgument);
+  EXPECT_NE(lastError().find("uniqueId"), std::string::npos) << lastError();
+  ncclConfig_t config;
+  memset(&config, 0, sizeof(config));
+  EXPECT_EQ(ncclCommInitRankConfig(&comm, 1, id, 0, &config), ncclInvalidArgument);
+  EXPECT_NE(lastError().find("NCCL_CONFIG_INITIALIZER"), std::string::npos) << lastError();
+  EXPECT_EQ(ncclGetUniqueId(nullptr), ncclInvalidArgument);
+}
+
+TEST(ApiErrors, ConfigInitializerIsAccepted) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  config.commName = "solo";
+  ncclComm_t comm = nullptr;
+  ASSERT_EQ(ncclCommInitRankConfig(&comm, 1, id, 0, &config), ncclSuccess) << lastError();
+  double x = 3, y = 0;
+  EXPECT_EQ(ncclAllReduce(&x, &y, 1, ncclDouble, ncclSum, comm, nullptr), ncclSuccess);
+  EXPECT_EQ(y, 3);
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+}
+
+TEST(ApiErrors, StaleHandlesAreRefused) {
+  SoloComm s;
+  ncclComm_t comm = s.comm;
+  ASSERT_EQ(ncclCommDestroy(comm), ncclSuccess);
+  s.comm = nullptr;
+  float a = 1;
+  EXPECT_EQ(ncclAllReduce(&a, &a, 1, ncclFloat, ncclSum, comm, nullptr), ncclInvalidUsage);
+  EXPECT_NE(lastError().find("destroyed"), std::string::npos) << lastError();
+  EXPECT_EQ(ncclCommDestroy(comm), ncclInvalidUsage);
+
+  SoloComm t;
+  ASSERT_EQ(ncclCommAbort(t.comm), ncclSuccess);
+  EXPECT_EQ(ncclAllReduce(&a, &a, 1, ncclFloat, ncclSum, t.comm, nullptr), ncclInvalidUsage);
+  EXPECT_EQ(ncclCommAbort(t.comm), ncclInvalidUsage);
+  t.comm = nullptr;
+}
+
+TEST(ApiErrors, FinalizedCommAcceptsOnlyDestroy) {
+  SoloComm s;
+  ASSERT_EQ(ncclCommFinalize(s.comm), ncclSuccess);
+  float a = 1;
+  EXPECT_EQ(ncclAllReduce(&a, &a, 1, ncclFloat, ncclSum, s.comm, nullptr), ncclInvalidUsage);
+  EXPECT_NE(lastError(s.comm).find("finalized"), std::string::npos);
+}
+
+TEST(ApiErrors, GroupEndWithoutStartIsInvalidUsage) {
+  EXPECT_EQ(ncclGroupEnd(), ncclInvalidUsage);
+  EXPECT_NE(lastError().find("ncclGroupStart"), std::string::npos);
+  EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclGroupStart(), ncclSuccess);
+  EXPECT_EQ(ncclGroupEnd(), ncclSuccess);
+  EXPECT_EQ(ncclGroupEnd(), ncclSuccess);
+}
+
+TEST(ApiErrors, PreMulSumOpsAreTiedToTheirType) {
+  SoloComm s;
+  float scalar = 3;
+  ncclRedOp_t op;
+  EXPECT_EQ(ncclRedOpCreatePreMulSum(&op, nullptr, ncclFloat, ncclScalarHostImmediate, s.comm),
+            ncclInvalidArgument);
+  ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarHostImmediate, s.comm),
+            ncclSuccess);
+  float x = 2, y = 0;
+  EXPECT_EQ(ncclAllReduce(&x, &y, 1, ncclFloat, op, s.comm, nullptr), ncclSuccess);
+  EXPECT_EQ(y, 6);
+  double dx = 2, dy = 0;
+  EXPECT_EQ(ncclAllReduce(&dx, &dy, 1, ncclDouble, op, s.comm, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("created for datatype float"), std::string::npos)
+      << lastError(s.comm);
+  EXPECT_EQ(ncclRedOpDestroy(op, s.comm), ncclSuccess);
+  EXPECT_EQ(ncclRedOpDestroy(op, s.comm), ncclInvalidArgument);
+  EXPECT_EQ(ncclAllReduce(&x, &y, 1, ncclFloat, op, s.comm, nullptr), ncclInvalidArgument);
+  // ncclScalarDevice on a host communicator: the scalar is read when the collective runs.
+  ASSERT_EQ(ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat, ncclScalarDevice, s.comm),
+            ncclSuccess);
+  scalar = 5;
+  EXPECT_EQ(ncclAllReduce(&x, &y, 1, ncclFloat, op, s.comm, nullptr), ncclSuccess);
+  EXPECT_EQ(y, 10);
+}
+
+TEST(ApiErrors, UnimplementedEntryPointsSaySo) {
+  SoloComm s;
+  float a = 1;
+  EXPECT_EQ(ncclBroadcast(&a, &a, 1, ncclFloat, 0, s.comm, nullptr), ncclInvalidUsage);
+  EXPECT_NE(lastError(s.comm).find("ncclBroadcast is not implemented"), std::string::npos)
+      << lastError(s.comm);
+  ncclComm_t child = nullptr;
+  EXPECT_EQ(ncclCommSplit(s.comm, 0, 0, &child, nullptr), ncclInvalidUsage);
+  EXPECT_EQ(child, nullptr);
+}
+
+// A rank that never joins a collective: the other times out with a message naming the peer.
+TEST(ApiErrors, MissingPeerTimesOutWithoutHanging) {
+  chorus_test::runRanks(
+      2, chorus_test::RankMode::kThreads, {"CHORUS_TIMEOUT=1"}, [](int rank, int, ncclComm_t comm) {
+        if (rank != 0) return;
+        std::vector<float> v(1000, 1.0f);
+        EXPECT_EQ(ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm, nullptr),
+                  ncclRemoteError);
+        std::string e = lastError(comm);
+        EXPECT_NE(e.find("timed out"), std::string::npos) << e;
+        EXPECT_NE(e.find("rank 1"), std::string::npos) << e;
+      });
+}
+
+// Abort from another thread ends a collective that waits for a peer that will never come.
+TEST(ApiErrors, AbortFromAnotherThreadEndsAWait) {
+  chorus_test::runRanks(
+      2, chorus_test::RankMode::kThreads, {}, [](int rank, int, ncclComm_t& comm) {
+        if (rank != 0) return;
+        std::atomic<bool> started{false};
+        ncclResult_t result = ncclSuccess;
+        std::thread waiter([&] {
+          std::vector<float> v(1000, 1.0f);
+          started = true;
+          result = ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm, nullptr);
+        });
+        while (!started) std::this_thread::yield();
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
+        waiter.join();
+        EXPECT_NE(result, ncclSuccess);
+        comm = nullptr;
+      });
+}
+
+// One thread drives several ranks: ncclCommInitAll and grouped collectives.
+TEST(GroupCalls, InitAllAndGroupedAllReduce) {
+  const int n = 3;
+  ncclComm_t comms[n];
+  ASSERT_EQ(ncclCommInitAll(comms, n, nullptr), ncclSuccess) << lastError();
+  std::vector<std::vector<int>> bufs(n, std::vector<int>(257));
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < bufs[r].size(); ++i) bufs[r][i] = r * 1000 + static_cast<int>(i);
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r)
+    ASSERT_EQ(ncclAllReduce(bufs[r].data(), bufs[r].data(), bufs[r].size(), ncclInt, ncclSum,
+                            comms[r], nullptr),
+              ncclSuccess);
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << lastError();
+  for (int r = 0; r < n; ++r)
+    for (size_t i = 0; i < bufs[r].size(); ++i)
+      ASSERT_EQ(bufs[r][i], 3000 + 3 * static_cast<int>(i));
+  for (int r = 0; r < n; ++r) EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+}
+
+TEST(GroupCalls, InitRankInsideAGroup) {
+  const int n = 2;
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t comms[n];
+  ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+  for (int r = 0; r < n; ++r) ASSERT_EQ(ncclCommInitRank(&comms[r], n, id, r), ncclSuccess);
+  int count = 0;
+  EXPECT_EQ(ncclCommCount(comms[0], &count), ncclInvalidUsage);  // not yet initialised
+  ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << lastError();
+  EXPECT_EQ(ncclCommCount(comms[1], &count), ncclSuccess);
+  EXPECT_EQ(count, 2);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(ncclCommDestroy(comms[r]), ncclSuccess);
+}
+
+}  // namespace

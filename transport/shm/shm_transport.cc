@@ -1,0 +1,76 @@
+// Shared-memory transport: the receiver creates a segment holding the FIFO, the sender maps
+// it. Names carry the communicator tag, both ranks and the channel, never the host name.
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "common/log.h"
+#include "common/shm.h"
+#include "transport/transport.h"
+
+namespace chorus {
+
+namespace {
+
+struct ShmInfo {
+  char name[200];
+  uint64_t bytes;
+};
+static_assert(sizeof(ShmInfo) <= sizeof(ConnectInfo), "ShmInfo must fit a ConnectInfo");
+
+class ShmTransport final : public Transport {
+ public:
+  explicit ShmTransport(const TransportContext& ctx) : ctx_(ctx) {}
+  const char* name() const override { return "shm"; }
+
+  Status setupRecv(int peer, int channel, ConnectInfo* info, RecvConnector* conn) override {
+    std::string name = "/chorus-" + ctx_.commTag + "-" + std::to_string(ctx_.rank) + "-" +
+                       std::to_string(peer) + "-" + std::to_string(channel);
+    Result<ShmSegment> seg = ShmSegment::create(name, ctx_.geometry.totalBytes());
+    if (!seg.isOk()) return seg.status().withContext("shm transport");
+    fifoInit(seg.value().data(), ctx_.geometry);
+    *conn = RecvConnector(seg.value().data());
+    ShmInfo si = {};
+    snprintf(si.name, sizeof(si.name), "%s", name.c_str());
+    si.bytes = ctx_.geometry.totalBytes();
+    memcpy(info->bytes, &si, sizeof(si));
+    segments_.push_back(seg.take());
+    LOG_TRACE(kSubsysShm, "shm recv FIFO %s from rank %d channel %d", name.c_str(), peer, channel);
+    return Status::ok();
+  }
+
+  Status connectSend(int peer, int channel, const ConnectInfo& info, SendConnector* conn) override {
+    ShmInfo si;
+    memcpy(&si, info.bytes, sizeof(si));
+    si.name[sizeof(si.name) - 1] = '\0';
+    Result<ShmSegment> seg = ShmSegment::open(si.name, si.bytes);
+    if (!seg.isOk())
+      return seg.status().withContext(formatString(
+          "shm transport: rank %d attaching to rank %d channel %d", ctx_.rank, peer, channel));
+    CHORUS_TRY(fifoCheck(seg.value().data(), si.bytes));
+    *conn = SendConnector(seg.value().data());
+    segments_.push_back(seg.take());
+    return Status::ok();
+  }
+
+  Status finishRecv(int, int) override { return Status::ok(); }
+
+  // Every sender has mapped its segment by now (the caller ran a barrier), so the names can go:
+  // nothing is left in /dev/shm even if a process is killed later.
+  Status afterSetup() override {
+    for (ShmSegment& s : segments_) s.unlink();
+    return Status::ok();
+  }
+
+ private:
+  TransportContext ctx_;
+  std::vector<ShmSegment> segments_;
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> makeShmTransport(const TransportContext& ctx) {
+  return std::make_unique<ShmTransport>(ctx);
+}
+
+}  // namespace chorus

@@ -1,0 +1,386 @@
+// Socket transport: TCP between ranks that share no memory. Each connector is a FIFO in local
+// memory whose far end is this communicator's proxy thread: it sends the slots the executor
+// posts, and fills receive slots from the socket. Messages are framed as an 8-byte length
+// followed by the payload.
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/log.h"
+#include "common/param.h"
+#include "common/socket.h"
+#include "transport/transport.h"
+
+namespace chorus {
+
+namespace {
+
+constexpr uint64_t kHelloMagic = 0x43484f5255534443ull;  // "CHORUSDC"
+
+struct Hello {
+  uint64_t magic;
+  uint64_t secret;
+  int32_t rank;
+  int32_t channel;
+};
+
+struct SocketInfo {
+  sockaddr_storage address;
+};
+static_assert(sizeof(SocketInfo) <= sizeof(ConnectInfo), "SocketInfo must fit a ConnectInfo");
+
+struct AlignedFree {
+  void operator()(void* p) const { free(p); }
+};
+
+// One direction of one (peer, channel) pair, driven by the proxy.
+struct SocketConn {
+  bool isSend = false;
+  int peer = -1;
+  int channel = -1;
+  Socket socket;
+  std::unique_ptr<void, AlignedFree> memory;
+  FifoHeader* fifo = nullptr;
+  char* data = nullptr;
+  uint64_t done = 0;      // slots fully moved
+  uint64_t msgBytes = 0;  // size of the message in progress (receive side: from its header)
+  size_t offset = 0;      // bytes of the message in progress moved, header included
+  bool failed = false;
+};
+
+class SocketTransport final : public Transport, public ProxyLink {
+ public:
+  explicit SocketTransport(const TransportContext& ctx) : ctx_(ctx) {
+    options_.noDelay = true;
+    options_.bufferBytes = static_cast<int>(paramInt("SOCKET_BUFFSIZE"));
+    doorbellFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  }
+
+  ~SocketTransport() override {
+    stop_.store(true);
+    if (doorbellFd >= 0) ring();
+    if (proxy_.joinable()) proxy_.join();
+    if (doorbellFd >= 0) close(doorbellFd);
+  }
+
+  const char* name() const override { return "socket"; }
+
+  Status setupRecv(int peer, int channel, ConnectInfo* info, RecvConnector* conn) override {
+    if (!listener_.valid()) {
+      SocketAddress bindAddr((*ctx_.peers)[ctx_.rank].address);
+      bindAddr.setPort(0);
+      Result<Listener> l = Listener::open(bindAddr);
+      if (!l.isOk()) return l.status().withContext("socket transport: data listener");
+      listener_ = l.take();
+    }
+    auto c = newConn(false, peer, channel);
+    *conn = RecvConnector(c->memory.get());
+    pending_.push_back(std::move(c));
+    SocketInfo si{};
+    si.address = listener_.address().storage();
+    memcpy(info->bytes, &si, sizeof(si));
+    return Status::ok();
+  }
+
+  Status connectSend(int peer, int channel, const ConnectInfo& info, SendConnector* conn) override {
+    SocketInfo si;
+    memcpy(&si, info.bytes, sizeof(si));
+    SocketAddress addr(si.address);
+    Waiter w(ctx_.timeoutSeconds, ctx_.abort);
+    Result<Socket> s = connectSocket(addr, w, options_);
+    if (!s.isOk())
+      return s.status().withContext(
+          formatString("socket transport: rank %d connecting to rank %d (channel %d) at %s",
+                       ctx_.rank, peer, channel, addr.toString().c_str()));
+    Hello h{kHelloMagic, ctx_.secret, ctx_.rank, channel};
+    CHORUS_TRY(s.value().sendAll(&h, sizeof(h), w));
+    auto c = newConn(true, peer, channel);
+    c->socket = s.take();
+    *conn = SendConnector(c->memory.get());
+    conns_.push_back(std::move(c));
+    return Status::ok();
+  }
+
+  // Accepts until the connection of (peer, channel) arrives; connections for other channels
+  // are matched to their pending receivers as they come, strangers are dropped.
+  Status finishRecv(int peer, int channel) override {
+    Waiter w(ctx_.timeoutSeconds, ctx_.abort);
+    while (true) {
+      for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+        if ((*it)->peer == peer && (*it)->channel == channel && (*it)->socket.valid()) {
+          conns_.push_back(std::move(*it));
+          pending_.erase(it);
+          return Status::ok();
+        }
+      }
+      Result<Socket> s = listener_.accept(w, options_);
+      if (!s.isOk())
+        return s.status().withContext(
+            formatString("socket transport: rank %d waiting for rank %d (channel %d) to connect",
+                         ctx_.rank, peer, channel));
+      Hello h{};
+      Waiter helloWait(2.0, ctx_.abort);
+      Status hs = s.value().recvAll(&h, sizeof(h), helloWait);
+      if (!hs.isOk() || h.magic != kHelloMagic || h.secret != ctx_.secret) {
+        LOG_WARN(kSubsysNet, "rank %d: dropped a data connection from %s without valid credentials",
+                 ctx_.rank, s.value().peer().toString().c_str());
+        continue;
+      }
+      bool matched = false;
+      for (auto& p : pending_) {
+        if (p->peer == h.rank && p->channel == h.channel && !p->socket.valid()) {
+          p->socket = s.take();
+          matched = true;
+          break;
+        }
+      }
+      if (!matched)
+        LOG_WARN(kSubsysNet, "rank %d: unexpected data connection from rank %d channel %d",
+                 ctx_.rank, h.rank, h.channel);
+    }
+  }
+
+  Status afterSetup() override {
+    if (doorbellFd < 0) return errnoError(errno, "socket transport: eventfd for the proxy");
+    if (!pending_.empty())
+      return internalError("socket transport: %zu receive connectors never connected",
+                           pending_.size());
+    listener_.close();
+    for (auto& c : conns_) {
+      LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d over %s", ctx_.rank,
+               c->isSend ? "sending to" : "receiving from", c->peer, c->channel,
+               c->socket.peer().toString().c_str());
+    }
+    started_.store(true, std::memory_order_release);
+    proxy_ = std::thread([this] { proxyLoop(); });
+    return Status::ok();
+  }
+
+ private:
+  std::unique_ptr<SocketConn> newConn(bool isSend, int peer, int channel) {
+    auto c = std::make_unique<SocketConn>();
+    c->isSend = isSend;
+    c->peer = peer;
+    c->channel = channel;
+    size_t bytes = ctx_.geometry.totalBytes();
+    c->memory.reset(aligned_alloc(4096, (bytes + 4095) & ~size_t(4095)));
+    if (!c->memory) throw std::bad_alloc();
+    fifoInit(c->memory.get(), ctx_.geometry);
+    c->fifo = static_cast<FifoHeader*>(c->memory.get());
+    c->fifo->proxy = this;
+    c->data = static_cast<char*>(c->memory.get()) + FifoGeometry::dataOffset();
+    return c;
+  }
+
+  void fail(SocketConn& c, const Status& s) {
+    c.failed = true;
+    Status st =
+        s.withContext(formatString("socket transport: %s rank %d (channel %d)",
+                                   c.isSend ? "sending to" : "receiving from", c.peer, c.channel));
+    LOG_WARN(kSubsysNet, "%s", st.message().c_str());
+    ctx_.errors->reportAsyncError(st);
+  }
+
+  // Moves as much as the socket takes without blocking; true when something moved.
+  bool progressSend(SocketConn& c) {
+    bool moved = false;
+    uint64_t tail = c.fifo->tail.load(std::memory_order_acquire);
+    while (c.done < tail) {
+      uint32_t slot = static_cast<uint32_t>(c.done % ctx_.geometry.nslots);
+      uint64_t size = c.fifo->slotSize[slot];
+      struct iovec iov[2];
+      int n = 0;
+      if (c.offset < sizeof(uint64_t)) {
+        iov[n].iov_base = reinterpret_cast<char*>(&c.fifo->slotSize[slot]) + c.offset;
+        iov[n].iov_len = sizeof(uint64_t) - c.offset;
+        ++n;
+      }
+      size_t payloadDone = c.offset > sizeof(uint64_t) ? c.offset - sizeof(uint64_t) : 0;
+      if (size > payloadDone) {
+        iov[n].iov_base = c.data + size_t(slot) * ctx_.geometry.slotBytes + payloadDone;
+        iov[n].iov_len = size - payloadDone;
+        ++n;
+      }
+      struct msghdr msg = {};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = n;
+      ssize_t r = sendmsg(c.socket.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (r < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return moved;
+        fail(c, errnoError(errno, "send"));
+        return moved;
+      }
+      moved = true;
+      c.offset += static_cast<size_t>(r);
+      if (c.offset < sizeof(uint64_t) + size) return moved;
+      c.offset = 0;
+      ++c.done;
+      c.fifo->head.store(c.done, std::memory_order_release);
+    }
+    return moved;
+  }
+
+  bool progressRecv(SocketConn& c) {
+    bool moved = false;
+    while (c.done - c.fifo->head.load(std::memory_order_acquire) < ctx_.geometry.nslots) {
+      uint32_t slot = static_cast<uint32_t>(c.done % ctx_.geometry.nslots);
+      ssize_t r;
+      if (c.offset < sizeof(uint64_t)) {
+        r = recv(c.socket.fd(), reinterpret_cast<char*>(&c.msgBytes) + c.offset,
+                 sizeof(uint64_t) - c.offset, MSG_DONTWAIT);
+      } else {
+        size_t got = c.offset - sizeof(uint64_t);
+        r = recv(c.socket.fd(), c.data + size_t(slot) * ctx_.geometry.slotBytes + got,
+                 c.msgBytes - got, MSG_DONTWAIT);
+      }
+      if (r == 0) {
+        if (c.offset == 0) {
+          // A peer that finished its last collective and left: not an error unless this rank
+          // still waits for data from it, which the executor reports when it does.
+          c.failed = true;
+          c.fifo->peerClosed.store(1, std::memory_order_release);
+          LOG_INFO(kSubsysNet, "rank %d: rank %d closed its connection (channel %d)", ctx_.rank,
+                   c.peer, c.channel);
+          return moved;
+        }
+        fail(c, remoteError("rank %d closed the connection in the middle of a message", c.peer));
+        return moved;
+      }
+      if (r < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return moved;
+        fail(c, errnoError(errno, "recv"));
+        return moved;
+      }
+      moved = true;
+      c.offset += static_cast<size_t>(r);
+      if (c.offset == sizeof(uint64_t) && c.msgBytes > ctx_.geometry.slotBytes) {
+        fail(c,
+             internalError("message of %llu bytes exceeds the %u-byte slot",
+                           static_cast<unsigned long long>(c.msgBytes), ctx_.geometry.slotBytes));
+        return moved;
+      }
+      if (c.offset < sizeof(uint64_t) + c.msgBytes) continue;
+      c.fifo->slotSize[slot] = c.msgBytes;
+      c.offset = 0;
+      c.msgBytes = 0;
+      ++c.done;
+      c.fifo->tail.store(c.done, std::memory_order_release);
+    }
+    return moved;
+  }
+
+  bool sendsDrained() const {
+    for (const auto& c : conns_)
+      if (c->isSend && !c->failed && c->done < c->fifo->tail.load(std::memory_order_acquire))
+        return false;
+    return true;
+  }
+
+  // Sockets the proxy must watch while it sleeps: receive sides with a free slot, send sides
+  // with posted data the socket did not take yet, and the doorbell for new work.
+  void buildPollSet(std::vector<pollfd>* fds) {
+    fds->clear();
+    fds->push_back(pollfd{doorbellFd, POLLIN, 0});
+    for (auto& c : conns_) {
+      if (c->failed) continue;
+      if (c->isSend) {
+        if (c->done < c->fifo->tail.load(std::memory_order_acquire))
+          fds->push_back(pollfd{c->socket.fd(), POLLOUT, 0});
+      } else if (c->done - c->fifo->head.load(std::memory_order_acquire) < ctx_.geometry.nslots) {
+        fds->push_back(pollfd{c->socket.fd(), POLLIN, 0});
+      }
+    }
+  }
+
+  void tryProgress() override {
+    if (!started_.load(std::memory_order_acquire)) return;
+    std::unique_lock<std::mutex> lock(progressMutex_, std::try_to_lock);
+    if (lock.owns_lock()) progressAll();
+  }
+
+  // Callers hold progressMutex_.
+  bool progressAll() {
+    bool moved = false;
+    for (auto& c : conns_) {
+      if (c->failed) continue;
+      moved |= c->isSend ? progressSend(*c) : progressRecv(*c);
+    }
+    return moved;
+  }
+
+  void proxyLoop() {
+    std::vector<pollfd> fds;
+    const int64_t spin = 16;
+    int64_t idle = 0;
+    Clock::time_point drainDeadline{};
+    bool draining = false;
+    std::unique_lock<std::mutex> lock(progressMutex_);
+    while (true) {
+      bool moved = progressAll();
+      if (stop_.load(std::memory_order_relaxed)) {
+        // Deliver what was posted before the communicator went away, within a bound.
+        if (!draining) {
+          draining = true;
+          drainDeadline = Clock::now() + std::chrono::seconds(10);
+        }
+        if (ctx_.abort->isRaised() || sendsDrained() || Clock::now() > drainDeadline) return;
+      }
+      if (moved) {
+        idle = 0;
+        continue;
+      }
+      // Executor threads drive progress while they wait, so the proxy need not spin long: it
+      // covers the time when they compute or have returned to the application.
+      if (++idle < spin) {
+        lock.unlock();
+        cpuRelax();
+        lock.lock();
+        continue;
+      }
+      // Sleep until a socket is ready or an executor posts or frees a slot. The flag is raised
+      // before the last look at the FIFOs, so a change after that look rings the doorbell.
+      sleeping.store(1, std::memory_order_seq_cst);
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      if (!progressAll() && !stop_.load()) {
+        buildPollSet(&fds);
+        lock.unlock();
+        poll(fds.data(), fds.size(), 100);
+        lock.lock();
+      }
+      sleeping.store(0, std::memory_order_relaxed);
+      uint64_t drained;
+      while (read(doorbellFd, &drained, sizeof(drained)) > 0) {
+      }
+      idle = 0;
+    }
+  }
+
+  TransportContext ctx_;
+  SocketOptions options_;
+  Listener listener_;
+  std::vector<std::unique_ptr<SocketConn>> pending_;  // receive sides waiting for their sender
+  std::vector<std::unique_ptr<SocketConn>> conns_;
+  std::thread proxy_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> started_{false};
+  std::mutex progressMutex_;  // one thread at a time moves data on the connections
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> makeSocketTransport(const TransportContext& ctx) {
+  return std::make_unique<SocketTransport>(ctx);
+}
+
+}  // namespace chorus

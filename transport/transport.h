@@ -1,0 +1,81 @@
+// Transport interface: how a pair of ranks builds the connectors of one channel. The receiver
+// prepares the FIFO memory and describes it in a ConnectInfo, the sender attaches to it from
+// that description, then the receiver completes. One Transport object per communicator owns
+// every resource it created (segments, sockets, proxy thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <sys/socket.h>
+
+#include "bootstrap/bootstrap.h"
+#include "common/status.h"
+#include "common/wait.h"
+#include "transport/connector.h"
+
+namespace chorus {
+
+// What every rank publishes about itself at init (exchanged with allGather; plain data).
+struct PeerInfo {
+  int32_t rank;
+  int32_t pid;
+  uint64_t hostId;
+  int32_t shmDisabled;
+  int32_t pad;
+  uint64_t nonce;            // random; rank 0's names the communicator
+  sockaddr_storage address;  // the interface the bootstrap chose (data listeners bind here)
+};
+
+// Receives errors found off the calling thread (the proxy), e.g. a peer that went away.
+class ErrorSink {
+ public:
+  virtual ~ErrorSink() = default;
+  virtual void reportAsyncError(const Status& status) = 0;
+};
+
+struct TransportContext {
+  int rank = 0;
+  int nranks = 0;
+  std::string commTag;  // unique per communicator, names its shared memory
+  uint64_t secret = 0;  // presented on every data connection
+  FifoGeometry geometry{};
+  const std::vector<PeerInfo>* peers = nullptr;
+  Bootstrap* bootstrap = nullptr;
+  const AbortFlag* abort = nullptr;
+  ErrorSink* errors = nullptr;
+  double timeoutSeconds = 0;
+};
+
+// Opaque description of a receive FIFO, sent from receiver to sender over the bootstrap.
+struct ConnectInfo {
+  uint8_t bytes[256];
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  // Receiver side: creates the FIFO fed by peer on this channel.
+  virtual Status setupRecv(int peer, int channel, ConnectInfo* info, RecvConnector* conn) = 0;
+  // Sender side: attaches to the receiver's FIFO.
+  virtual Status connectSend(int peer, int channel, const ConnectInfo& info,
+                             SendConnector* conn) = 0;
+  // Receiver side: completes once the sender has attached.
+  virtual Status finishRecv(int peer, int channel) = 0;
+  // Called once every connector of the communicator is built.
+  virtual Status afterSetup() { return Status::ok(); }
+};
+
+std::unique_ptr<Transport> makeShmTransport(const TransportContext& ctx);
+std::unique_ptr<Transport> makeSocketTransport(const TransportContext& ctx);
+
+// Same host and neither side disabled shared memory: both ends must reach the same verdict
+// from the same data, so this looks only at the exchanged PeerInfo.
+inline bool useShm(const PeerInfo& a, const PeerInfo& b) {
+  return a.hostId == b.hostId && !a.shmDisabled && !b.shmDisabled;
+}
+
+}  // namespace chorus
