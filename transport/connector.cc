@@ -25,6 +25,8 @@ void fifoInit(void* memory, const FifoGeometry& geometry) {
   auto* h = new (memory) FifoHeader();
   h->tail.store(0, std::memory_order_relaxed);
   h->head.store(0, std::memory_order_relaxed);
+  h->tailSleepers.store(0, std::memory_order_relaxed);
+  h->headSleepers.store(0, std::memory_order_relaxed);
   h->nslots = geometry.nslots;
   h->slotBytes = geometry.slotBytes;
   h->magic = kFifoMagic;

@@ -42,7 +42,9 @@ constexpr size_t kCacheLine = 64;
 // Shared layout at the start of the FIFO memory; slot data follows at dataOffset().
 struct FifoHeader {
   alignas(kCacheLine) std::atomic<uint64_t> tail;  // slots published by the sender
+  std::atomic<uint32_t> tailSleepers;              // receivers asleep waiting for tail
   alignas(kCacheLine) std::atomic<uint64_t> head;  // slots released by the receiver
+  std::atomic<uint32_t> headSleepers;              // senders asleep waiting for head
   alignas(kCacheLine) uint32_t nslots;
   uint32_t slotBytes;
   uint64_t magic;
@@ -89,7 +91,7 @@ class SendConnector {
       cachedHead_ = header_->head.load(std::memory_order_acquire);
       if (tail_ - cachedHead_ < nslots_) break;
       if (proxy_ != nullptr) proxy_->tryProgress();
-      Code c = waiter.pause();
+      Code c = waiter.pause(header_->head, cachedHead_, header_->headSleepers);
       if (c != Code::kInProgress) {
         *failure = c;
         return nullptr;
@@ -102,6 +104,7 @@ class SendConnector {
     header_->slotSize[tail_ % nslots_] = bytes;
     ++tail_;
     header_->tail.store(tail_, std::memory_order_release);
+    wakeSleepers(header_->tail, header_->tailSleepers);
     if (proxy_ != nullptr) proxy_->kick();
   }
 
@@ -136,7 +139,7 @@ class RecvConnector {
         return nullptr;
       }
       if (proxy_ != nullptr) proxy_->tryProgress();
-      Code c = waiter.pause();
+      Code c = waiter.pause(header_->tail, cachedTail_, header_->tailSleepers);
       if (c != Code::kInProgress) {
         *failure = c;
         return nullptr;
@@ -150,6 +153,7 @@ class RecvConnector {
   void release() {
     ++head_;
     header_->head.store(head_, std::memory_order_release);
+    wakeSleepers(header_->head, header_->headSleepers);
     if (proxy_ != nullptr) proxy_->kick();
   }
 

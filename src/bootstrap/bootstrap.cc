@@ -278,8 +278,12 @@ Status SocketBootstrap::exchange(const SendOp* send, const RecvOp* recv, const c
   const std::string me =
       formatString("bootstrap: rank %d%s%s", rank_, opName ? " " : "", opName ? opName : "");
   if (!broken_.isOk()) return broken_;
-  if (options_.abort != nullptr && options_.abort->isRaised())
-    return invalidUsage("%s: aborted", me.c_str());
+  if (options_.abort != nullptr && options_.abort->isRaised()) {
+    std::string with;
+    if (send != nullptr) with += formatString(" sending to rank %d", send->peer);
+    if (recv != nullptr) with += formatString(" receiving from rank %d", recv->peer);
+    return invalidUsage("%s: aborted%s", me.c_str(), with.c_str());
+  }
   Waiter waiter(options_.timeoutSeconds, options_.abort);
 
   if (send != nullptr && send->peer == rank_) {

@@ -39,9 +39,11 @@ void logWrite(LogLevel level, uint32_t subsys, const char* file, int line, const
 void setLogRank(int rank);
 int logRank();
 
+// Warnings show whatever the subsystem filter says; the filter selects INFO and TRACE lines.
 inline bool logEnabled(LogLevel level, uint32_t subsys) {
   if (gLog.level < 0) logInitOnce();
-  return static_cast<int>(level) <= gLog.level && (gLog.subsysMask & subsys) != 0;
+  return static_cast<int>(level) <= gLog.level &&
+         (level == LogLevel::kWarn || (gLog.subsysMask & subsys) != 0);
 }
 
 }  // namespace chorus

@@ -1,26 +1,55 @@
 #include "common/wait.h"
 
-#include <sched.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 namespace chorus {
 
-Code Waiter::pause() {
+namespace {
+// How long one kernel sleep may last before the deadline and abort flag are looked at again.
+constexpr int64_t kSleepSliceNs = 20 * 1000 * 1000;
+
+const uint32_t* lowWord(const std::atomic<uint64_t>& counter) {
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "futex word is the low half");
+  return reinterpret_cast<const uint32_t*>(&counter);
+}
+}  // namespace
+
+void futexWait(const std::atomic<uint64_t>& counter, uint64_t seen, int64_t timeoutNs) {
+  struct timespec ts = {static_cast<time_t>(timeoutNs / 1000000000),
+                        static_cast<long>(timeoutNs % 1000000000)};
+  syscall(SYS_futex, lowWord(counter), FUTEX_WAIT, static_cast<uint32_t>(seen), &ts, nullptr, 0);
+}
+
+void futexWakeAll(const std::atomic<uint64_t>& counter) {
+  syscall(SYS_futex, lowWord(counter), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+Code Waiter::pause(const std::atomic<uint64_t>& counter, uint64_t seen,
+                   std::atomic<uint32_t>& sleepers) {
   ++polls_;
   if (polls_ <= spinCount_) {
     cpuRelax();
     if ((polls_ & 255) != 0) return Code::kInProgress;
-  } else if (polls_ <= spinCount_ + 1000) {
-    sched_yield();
   } else {
-    // Long waits nap so that oversubscribed ranks give the core to the peer they wait for.
-    struct timespec ts = {0, 50 * 1000};
-    nanosleep(&ts, nullptr);
+    // Spinning any longer would keep the core from the peer this thread waits for (ranks may
+    // outnumber cores): sleep until the counter moves.
+    sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (counter.load(std::memory_order_seq_cst) == seen && !aborted()) {
+      int64_t slice = kSleepSliceNs;
+      if (deadline_ != Clock::time_point::max()) {
+        auto left =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(deadline_ - Clock::now()).count();
+        if (left < slice) slice = left > 0 ? left : 0;
+      }
+      if (slice > 0) futexWait(counter, seen, slice);
+    }
+    sleepers.fetch_sub(1, std::memory_order_relaxed);
   }
   if (aborted()) return Code::kInvalidUsage;
-  if ((polls_ & 63) == 0 || polls_ > spinCount_) {
-    if (Clock::now() > deadline_) return Code::kRemoteError;
-  }
+  if (Clock::now() > deadline_) return Code::kRemoteError;
   return Code::kInProgress;
 }
 

@@ -1,5 +1,6 @@
 // Bounded waiting: every blocking loop in Chorus polls through a Waiter, which spins briefly,
-// then yields, then naps, and gives up when the deadline passes or the abort flag is raised.
+// then sleeps in the kernel until woken, and gives up when the deadline passes or the abort
+// flag is raised.
 #pragma once
 
 #include <atomic>
@@ -31,9 +32,12 @@ class Waiter {
       deadline_ = Clock::time_point::max();
   }
 
-  // Call once per failed poll. Returns kInProgress while waiting may go on, an error when the
-  // deadline passed (kRemoteError, "timed out") or the abort flag was raised (kInvalidUsage).
-  Code pause();
+  // Call once per failed poll. Spins for spinCount polls, then blocks in the kernel until
+  // `counter` no longer holds `seen` (or a short slice passed, to look at the deadline and the
+  // abort flag). The thread that changes the counter calls wakeSleepers with the same flag.
+  // Returns kInProgress while waiting may go on, an error when the deadline passed
+  // (kRemoteError, "timed out") or the abort flag was raised (kInvalidUsage).
+  Code pause(const std::atomic<uint64_t>& counter, uint64_t seen, std::atomic<uint32_t>& sleepers);
 
   bool aborted() const { return abort_ != nullptr && abort_->isRaised(); }
   Clock::time_point deadline() const { return deadline_; }
@@ -46,6 +50,19 @@ class Waiter {
   int64_t polls_ = 0;
   Clock::time_point deadline_;
 };
+
+// Blocks while the low 32 bits of counter equal those of seen, at most timeoutNs. Works across
+// processes on shared mappings.
+void futexWait(const std::atomic<uint64_t>& counter, uint64_t seen, int64_t timeoutNs);
+void futexWakeAll(const std::atomic<uint64_t>& counter);
+
+// After storing a new value into counter: wakes threads sleeping in Waiter::pause on it. The
+// fence orders the counter store before the flag load; the sleeper raises the flag before its
+// last look at the counter, so one of the two always sees the other.
+inline void wakeSleepers(const std::atomic<uint64_t>& counter, std::atomic<uint32_t>& sleepers) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sleepers.load(std::memory_order_relaxed) != 0) futexWakeAll(counter);
+}
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)

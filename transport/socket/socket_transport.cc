@@ -227,6 +227,7 @@ class SocketTransport final : public Transport, public ProxyLink {
       c.offset = 0;
       ++c.done;
       c.fifo->head.store(c.done, std::memory_order_release);
+      wakeSleepers(c.fifo->head, c.fifo->headSleepers);
     }
     return moved;
   }
@@ -250,6 +251,7 @@ class SocketTransport final : public Transport, public ProxyLink {
           // still waits for data from it, which the executor reports when it does.
           c.failed = true;
           c.fifo->peerClosed.store(1, std::memory_order_release);
+          wakeSleepers(c.fifo->tail, c.fifo->tailSleepers);
           LOG_INFO(kSubsysNet, "rank %d: rank %d closed its connection (channel %d)", ctx_.rank,
                    c.peer, c.channel);
           return moved;
@@ -276,6 +278,7 @@ class SocketTransport final : public Transport, public ProxyLink {
       c.msgBytes = 0;
       ++c.done;
       c.fifo->tail.store(c.done, std::memory_order_release);
+      wakeSleepers(c.fifo->tail, c.fifo->tailSleepers);
     }
     return moved;
   }
