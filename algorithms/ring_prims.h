@@ -6,6 +6,7 @@
 //   bool recvReduceSend(size_t in, size_t n)             prev + input -> next
 //   bool recvReduceCopySend(size_t in, size_t out, size_t n)
 //                                                        prev + input -> output and next (final)
+//   bool recvReduceCopy(size_t in, size_t out, size_t n) prev + input -> output (final)
 //   bool recvCopySend(size_t out, size_t n)              prev -> output and next
 //   bool recv(size_t out, size_t n)                      prev -> output
 // Each step moves one FIFO slot. A primitive returns false when it failed; the algorithm

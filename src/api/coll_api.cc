@@ -55,26 +55,62 @@ extern "C" ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
 }
 NCCL_ALIAS(ncclRedOpDestroy)
 
+namespace {
+
+// What every collective checks first: the communicator, the datatype, the op and the root.
+// Fills args->type/op/root and returns the communicator.
+Result<CommRef> prepare(ncclComm_t comm, const char* fn, ncclDataType_t datatype, const int* op,
+                        const int* root, CollArgs* args) {
+  Result<CommRef> c = usableComm(comm, fn);
+  if (!c.isOk()) return c.status();
+  CHORUS_TRY(checkType(datatype, fn));
+  args->type = static_cast<DataType>(datatype);
+  if (op != nullptr) {
+    Result<RedOp> redop = c.value()->resolveOp(*op, args->type);
+    if (!redop.isOk()) return redop.status().withContext(fn);
+    args->op = redop.value();
+  }
+  if (root != nullptr) {
+    int n = c.value()->nranks();
+    if (*root < 0 || *root >= n)
+      return invalidArgument("%s: root %d is outside [0, %d)", fn, *root, n);
+    args->root = *root;
+  }
+  return c;
+}
+
+// Buffers may be identical (in place) or disjoint, never partially overlapping.
+Status checkInPlaceOrDisjoint(const void* send, size_t sendBytes, const void* recv,
+                              size_t recvBytes, const void* inPlaceSend, const char* fn) {
+  if (send == inPlaceSend) return Status::ok();
+  return checkOverlap(send, sendBytes, recv, recvBytes, fn);
+}
+
+Status launch(ncclComm_t comm, const CommRef& impl, Communicator::HostCollective collective,
+              const CollArgs& args) {
+  return runOrQueue(comm, [impl, collective, args]() { return impl->run(collective, args); });
+}
+
+}  // namespace
+
 extern "C" ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                        cudaStream_t stream) {
   (void)stream;  // host communicators complete the call before returning
   return guarded(comm, "ncclAllReduce", [&]() -> Status {
     const char* fn = "ncclAllReduce";
-    Result<CommRef> c = usableComm(comm, fn);
+    CollArgs a;
+    int opValue = static_cast<int>(op);
+    Result<CommRef> c = prepare(comm, fn, datatype, &opValue, nullptr, &a);
     if (!c.isOk()) return c.status();
-    CHORUS_TRY(checkType(datatype, fn));
     CHORUS_TRY(checkBuffer(sendbuff, count, 1, datatype, "sendbuff", fn));
     CHORUS_TRY(checkBuffer(recvbuff, count, 1, datatype, "recvbuff", fn));
-    DataType type = static_cast<DataType>(datatype);
-    size_t bytes = count * dataTypeSize(type);
-    CHORUS_TRY(checkOverlap(sendbuff, bytes, recvbuff, bytes, fn));
-    Result<RedOp> redop = c.value()->resolveOp(static_cast<int>(op), type);
-    if (!redop.isOk()) return redop.status().withContext(fn);
-    CommRef impl = c.value();
-    RedOp resolved = redop.value();
-    return runOrQueue(comm,
-                      [=]() { return impl->allReduce(sendbuff, recvbuff, count, type, resolved); });
+    size_t bytes = count * dataTypeSize(a.type);
+    CHORUS_TRY(checkInPlaceOrDisjoint(sendbuff, bytes, recvbuff, bytes, recvbuff, fn));
+    a.sendbuff = sendbuff;
+    a.recvbuff = recvbuff;
+    a.count = count;
+    return launch(comm, c.value(), hostAllReduce, a);
   });
 }
 NCCL_ALIAS(ncclAllReduce)
@@ -85,22 +121,101 @@ extern "C" ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, siz
   (void)stream;
   return guarded(comm, "ncclAllGather", [&]() -> Status {
     const char* fn = "ncclAllGather";
-    Result<CommRef> c = usableComm(comm, fn);
+    CollArgs a;
+    Result<CommRef> c = prepare(comm, fn, datatype, nullptr, nullptr, &a);
     if (!c.isOk()) return c.status();
-    CHORUS_TRY(checkType(datatype, fn));
-    int n = c.value()->nranks();
+    size_t n = static_cast<size_t>(c.value()->nranks());
     CHORUS_TRY(checkBuffer(sendbuff, sendcount, 1, datatype, "sendbuff", fn));
-    CHORUS_TRY(checkBuffer(recvbuff, sendcount, static_cast<size_t>(n), datatype, "recvbuff", fn));
-    DataType type = static_cast<DataType>(datatype);
-    size_t bytes = sendcount * dataTypeSize(type);
-    // In place means sendbuff is this rank's block of recvbuff; other overlaps are errors.
-    const char* inPlace = static_cast<const char*>(recvbuff) + bytes * c.value()->rank();
-    if (sendbuff != inPlace) CHORUS_TRY(checkOverlap(sendbuff, bytes, recvbuff, bytes * n, fn));
-    CommRef impl = c.value();
-    return runOrQueue(comm, [=]() { return impl->allGather(sendbuff, recvbuff, sendcount, type); });
+    CHORUS_TRY(checkBuffer(recvbuff, sendcount, n, datatype, "recvbuff", fn));
+    size_t bytes = sendcount * dataTypeSize(a.type);
+    // In place: sendbuff is this rank's block of recvbuff.
+    const char* mine = static_cast<const char*>(recvbuff) + bytes * c.value()->rank();
+    CHORUS_TRY(checkInPlaceOrDisjoint(sendbuff, bytes, recvbuff, bytes * n, mine, fn));
+    a.sendbuff = sendbuff;
+    a.recvbuff = recvbuff;
+    a.count = sendcount;
+    return launch(comm, c.value(), hostAllGather, a);
   });
 }
 NCCL_ALIAS(ncclAllGather)
+
+extern "C" ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                           ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                           cudaStream_t stream) {
+  (void)stream;
+  return guarded(comm, "ncclReduceScatter", [&]() -> Status {
+    const char* fn = "ncclReduceScatter";
+    CollArgs a;
+    int opValue = static_cast<int>(op);
+    Result<CommRef> c = prepare(comm, fn, datatype, &opValue, nullptr, &a);
+    if (!c.isOk()) return c.status();
+    size_t n = static_cast<size_t>(c.value()->nranks());
+    CHORUS_TRY(checkBuffer(sendbuff, recvcount, n, datatype, "sendbuff", fn));
+    CHORUS_TRY(checkBuffer(recvbuff, recvcount, 1, datatype, "recvbuff", fn));
+    size_t bytes = recvcount * dataTypeSize(a.type);
+    // In place: recvbuff is this rank's block of sendbuff.
+    const char* mine = static_cast<const char*>(sendbuff) + bytes * c.value()->rank();
+    if (recvbuff != mine) CHORUS_TRY(checkOverlap(sendbuff, bytes * n, recvbuff, bytes, fn));
+    a.sendbuff = sendbuff;
+    a.recvbuff = recvbuff;
+    a.count = recvcount;
+    return launch(comm, c.value(), hostReduceScatter, a);
+  });
+}
+NCCL_ALIAS(ncclReduceScatter)
+
+extern "C" ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                                       ncclDataType_t datatype, int root, ncclComm_t comm,
+                                       cudaStream_t stream) {
+  (void)stream;
+  return guarded(comm, "ncclBroadcast", [&]() -> Status {
+    const char* fn = "ncclBroadcast";
+    CollArgs a;
+    Result<CommRef> c = prepare(comm, fn, datatype, nullptr, &root, &a);
+    if (!c.isOk()) return c.status();
+    bool isRoot = c.value()->rank() == root;
+    // Only the root reads sendbuff.
+    if (isRoot) CHORUS_TRY(checkBuffer(sendbuff, count, 1, datatype, "sendbuff", fn));
+    CHORUS_TRY(checkBuffer(recvbuff, count, 1, datatype, "recvbuff", fn));
+    size_t bytes = count * dataTypeSize(a.type);
+    if (isRoot) CHORUS_TRY(checkInPlaceOrDisjoint(sendbuff, bytes, recvbuff, bytes, recvbuff, fn));
+    a.sendbuff = sendbuff;
+    a.recvbuff = recvbuff;
+    a.count = count;
+    return launch(comm, c.value(), hostBroadcast, a);
+  });
+}
+NCCL_ALIAS(ncclBroadcast)
+
+extern "C" ncclResult_t pncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root,
+                                   ncclComm_t comm, cudaStream_t stream) {
+  return pncclBroadcast(buff, buff, count, datatype, root, comm, stream);
+}
+NCCL_ALIAS(ncclBcast)
+
+extern "C" ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count,
+                                    ncclDataType_t datatype, ncclRedOp_t op, int root,
+                                    ncclComm_t comm, cudaStream_t stream) {
+  (void)stream;
+  return guarded(comm, "ncclReduce", [&]() -> Status {
+    const char* fn = "ncclReduce";
+    CollArgs a;
+    int opValue = static_cast<int>(op);
+    Result<CommRef> c = prepare(comm, fn, datatype, &opValue, &root, &a);
+    if (!c.isOk()) return c.status();
+    bool isRoot = c.value()->rank() == root;
+    CHORUS_TRY(checkBuffer(sendbuff, count, 1, datatype, "sendbuff", fn));
+    // Only the root writes recvbuff; elsewhere it may be NULL.
+    if (isRoot) CHORUS_TRY(checkBuffer(recvbuff, count, 1, datatype, "recvbuff", fn));
+    size_t bytes = count * dataTypeSize(a.type);
+    if (isRoot) CHORUS_TRY(checkInPlaceOrDisjoint(sendbuff, bytes, recvbuff, bytes, recvbuff, fn));
+    a.sendbuff = sendbuff;
+    a.recvbuff = isRoot ? recvbuff : nullptr;
+    a.count = count;
+    return launch(comm, c.value(), hostReduce, a);
+  });
+}
+NCCL_ALIAS(ncclReduce)
 
 // The collectives below are declared by the API but not provided by this version yet: they
 // validate the communicator and fail with a message saying so, never silently succeed.
@@ -114,13 +229,6 @@ NCCL_ALIAS(ncclAllGather)
   }                                                \
   NCCL_ALIAS(name)
 
-CHORUS_NOT_YET(ncclReduce, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int,
-                            ncclComm_t comm, cudaStream_t))
-CHORUS_NOT_YET(ncclBcast, (void*, size_t, ncclDataType_t, int, ncclComm_t comm, cudaStream_t))
-CHORUS_NOT_YET(ncclBroadcast,
-               (const void*, void*, size_t, ncclDataType_t, int, ncclComm_t comm, cudaStream_t))
-CHORUS_NOT_YET(ncclReduceScatter, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t,
-                                   ncclComm_t comm, cudaStream_t))
 CHORUS_NOT_YET(ncclAlltoAll,
                (const void*, void*, size_t, ncclDataType_t, ncclComm_t comm, cudaStream_t))
 CHORUS_NOT_YET(ncclGather,

@@ -195,19 +195,9 @@ Status Communicator::destroyOp(int op) {
   return Status::ok();
 }
 
-Status Communicator::allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType type,
-                               const RedOp& op) {
+Status Communicator::run(HostCollective collective, const CollArgs& args) {
   CHORUS_TRY(checkUsable());
-  AllReduceArgs a{sendbuff, recvbuff, count, type, op};
-  Status s = hostAllReduce(exec_, a);
-  if (!s.isOk()) return explain(s);
-  return s;
-}
-
-Status Communicator::allGather(const void* sendbuff, void* recvbuff, size_t count, DataType type) {
-  CHORUS_TRY(checkUsable());
-  AllGatherArgs a{sendbuff, recvbuff, count, type};
-  Status s = hostAllGather(exec_, a);
+  Status s = collective(exec_, args);
   if (!s.isOk()) return explain(s);
   return s;
 }

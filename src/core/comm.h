@@ -53,9 +53,9 @@ class Communicator final : public ErrorSink {
   Result<int> createPreMulSum(const void* scalar, DataType type, bool scalarIsImmediate);
   Status destroyOp(int op);
 
-  Status allReduce(const void* sendbuff, void* recvbuff, size_t count, DataType type,
-                   const RedOp& op);
-  Status allGather(const void* sendbuff, void* recvbuff, size_t count, DataType type);
+  // Runs one collective on host buffers with the given executor entry point (hostAllReduce...).
+  using HostCollective = Status (*)(const ExecContext&, const CollArgs&);
+  Status run(HostCollective collective, const CollArgs& args);
 
   // Fails when the communicator was aborted, finalized or hit an asynchronous error.
   Status checkUsable() const;

@@ -4,6 +4,9 @@
 
 #include "algorithms/ring_allgather.h"
 #include "algorithms/ring_allreduce.h"
+#include "algorithms/ring_broadcast.h"
+#include "algorithms/ring_reduce.h"
+#include "algorithms/ring_reduce_scatter.h"
 
 namespace chorus {
 
@@ -29,6 +32,9 @@ class HostRingPrims {
   bool recvReduceSend(size_t in, size_t n) { return step(in, 0, n, kLocal | kRecv | kSend); }
   bool recvReduceCopySend(size_t in, size_t out, size_t n) {
     return step(in, out, n, kLocal | kRecv | kSend | kOut | kFinal);
+  }
+  bool recvReduceCopy(size_t in, size_t out, size_t n) {
+    return step(in, out, n, kLocal | kRecv | kOut | kFinal);
   }
   bool recvCopySend(size_t out, size_t n) { return step(0, out, n, kRecv | kSend | kOut); }
   bool recv(size_t out, size_t n) { return step(0, out, n, kRecv | kOut); }
@@ -111,51 +117,111 @@ class HostRingPrims {
 
 }  // namespace
 
-Status hostAllReduce(const ExecContext& ctx, const AllReduceArgs& args) {
-  if (args.count == 0) return Status::ok();
-  if (ctx.nranks == 1) {
-    ReduceCopyArgs a;
-    a.local = args.sendbuff;
-    a.dst0 = args.recvbuff;
-    a.count = args.count;
-    a.type = args.type;
-    a.op = &args.op;
-    a.finalize = true;
-    reduceCopy(a);
-    return Status::ok();
+namespace {
+
+// The one-rank case of every collective: out = finalize(op(in)) or a plain copy.
+void localCopy(const CollArgs& args, bool reduce) {
+  if (args.count == 0 || args.recvbuff == nullptr) return;
+  if (!reduce) {
+    if (args.sendbuff != args.recvbuff)
+      memcpy(args.recvbuff, args.sendbuff, args.count * dataTypeSize(args.type));
+    return;
   }
+  ReduceCopyArgs a;
+  a.local = args.sendbuff;
+  a.dst0 = args.recvbuff;
+  a.count = args.count;
+  a.type = args.type;
+  a.op = &args.op;
+  a.finalize = true;
+  reduceCopy(a);
+}
+
+// Runs a ring algorithm on channel 0 with host primitives over the user's buffers.
+template <class Shape, class Algo>
+Status runRing(const ExecContext& ctx, const CollArgs& args, const char* opName, Shape shape,
+               Algo algo) {
   HostChannel& ch = (*ctx.channels)[0];
   HostRingPrims prims(ctx, ch, static_cast<const char*>(args.sendbuff),
-                      static_cast<char*>(args.recvbuff), args.type, args.op, "ncclAllReduce");
-  RingAllReduceShape shape;
+                      static_cast<char*>(args.recvbuff), args.type, args.op, opName);
   shape.count = args.count;
   shape.chunkElems = ch.send.slotBytes() / dataTypeSize(args.type);
   shape.nranks = ctx.nranks;
   shape.ringIndex = ctx.ringIndex;
-  if (!ringAllReduce(prims, shape)) return prims.status();
+  if (!algo(prims, shape)) return prims.status();
   return Status::ok();
 }
 
-Status hostAllGather(const ExecContext& ctx, const AllGatherArgs& args) {
+int ringPosition(const ExecContext& ctx, int rank) {
+  for (int i = 0; i < ctx.nranks; ++i)
+    if (ctx.ringRanks[i] == rank) return i;
+  return 0;
+}
+
+}  // namespace
+
+Status hostAllReduce(const ExecContext& ctx, const CollArgs& args) {
   if (args.count == 0) return Status::ok();
-  size_t es = dataTypeSize(args.type);
-  auto* out = static_cast<char*>(args.recvbuff);
   if (ctx.nranks == 1) {
-    if (args.sendbuff != out) memcpy(out, args.sendbuff, args.count * es);
+    localCopy(args, true);
     return Status::ok();
   }
-  HostChannel& ch = (*ctx.channels)[0];
-  RedOp copyOnly;
-  HostRingPrims prims(ctx, ch, static_cast<const char*>(args.sendbuff), out, args.type, copyOnly,
-                      "ncclAllGather");
-  RingAllGatherShape shape;
-  shape.count = args.count;
-  shape.chunkElems = ch.send.slotBytes() / es;
-  shape.nranks = ctx.nranks;
-  shape.ringIndex = ctx.ringIndex;
+  return runRing(ctx, args, "ncclAllReduce", RingAllReduceShape{},
+                 [](HostRingPrims& p, const RingAllReduceShape& s) { return ringAllReduce(p, s); });
+}
+
+Status hostAllGather(const ExecContext& ctx, const CollArgs& args) {
+  if (args.count == 0) return Status::ok();
+  if (ctx.nranks == 1) {
+    localCopy(args, false);
+    return Status::ok();
+  }
+  RingAllGatherShape shape{};
   shape.ringRanks = ctx.ringRanks;
-  if (!ringAllGather(prims, shape)) return prims.status();
-  return Status::ok();
+  CollArgs copy = args;
+  copy.op = RedOp();  // blocks are copied, never scaled
+  return runRing(ctx, copy, "ncclAllGather", shape,
+                 [](HostRingPrims& p, const RingAllGatherShape& s) { return ringAllGather(p, s); });
+}
+
+Status hostReduceScatter(const ExecContext& ctx, const CollArgs& args) {
+  if (args.count == 0) return Status::ok();
+  if (ctx.nranks == 1) {
+    localCopy(args, true);
+    return Status::ok();
+  }
+  RingReduceScatterShape shape{};
+  shape.ringRanks = ctx.ringRanks;
+  return runRing(
+      ctx, args, "ncclReduceScatter", shape,
+      [](HostRingPrims& p, const RingReduceScatterShape& s) { return ringReduceScatter(p, s); });
+}
+
+Status hostBroadcast(const ExecContext& ctx, const CollArgs& args) {
+  if (args.count == 0) return Status::ok();
+  if (ctx.nranks == 1) {
+    localCopy(args, false);
+    return Status::ok();
+  }
+  RingBroadcastShape shape{};
+  shape.rootIndex = ringPosition(ctx, args.root);
+  shape.rootInPlace = args.sendbuff == args.recvbuff;
+  CollArgs copy = args;
+  copy.op = RedOp();
+  return runRing(ctx, copy, "ncclBroadcast", shape,
+                 [](HostRingPrims& p, const RingBroadcastShape& s) { return ringBroadcast(p, s); });
+}
+
+Status hostReduce(const ExecContext& ctx, const CollArgs& args) {
+  if (args.count == 0) return Status::ok();
+  if (ctx.nranks == 1) {
+    localCopy(args, true);
+    return Status::ok();
+  }
+  RingReduceShape shape{};
+  shape.rootIndex = ringPosition(ctx, args.root);
+  return runRing(ctx, args, "ncclReduce", shape,
+                 [](HostRingPrims& p, const RingReduceShape& s) { return ringReduce(p, s); });
 }
 
 }  // namespace chorus

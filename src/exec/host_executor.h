@@ -33,22 +33,22 @@ struct ExecContext {
   int64_t spinCount = 2000;
 };
 
-struct AllReduceArgs {
-  const void* sendbuff;
-  void* recvbuff;
-  size_t count;
-  DataType type;
+// One collective call on host buffers. count is per rank: the elements each rank contributes
+// to all-gather and receives from reduce-scatter; all-gather's output and reduce-scatter's
+// input hold nranks blocks of count elements, block r belonging to rank r.
+struct CollArgs {
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  size_t count = 0;
+  DataType type = DataType::kFloat32;
   RedOp op;
+  int root = 0;  // broadcast and reduce
 };
 
-struct AllGatherArgs {
-  const void* sendbuff;
-  void* recvbuff;  // nranks * count elements, block r from rank r
-  size_t count;    // elements per rank
-  DataType type;
-};
-
-Status hostAllReduce(const ExecContext& ctx, const AllReduceArgs& args);
-Status hostAllGather(const ExecContext& ctx, const AllGatherArgs& args);
+Status hostAllReduce(const ExecContext& ctx, const CollArgs& args);
+Status hostAllGather(const ExecContext& ctx, const CollArgs& args);
+Status hostReduceScatter(const ExecContext& ctx, const CollArgs& args);
+Status hostBroadcast(const ExecContext& ctx, const CollArgs& args);
+Status hostReduce(const ExecContext& ctx, const CollArgs& args);
 
 }  // namespace chorus

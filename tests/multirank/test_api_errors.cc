@@ -55,6 +55,22 @@ TEST(ApiErrors, NullAndInvalidArgumentsAreNamed) {
   EXPECT_EQ(ncclAllReduce(nullptr, nullptr, 0, ncclFloat, ncclSum, s.comm, nullptr), ncclSuccess);
 }
 
+TEST(ApiErrors, RootsAndRootOnlyBuffers) {
+  SoloComm s;
+  float a[4] = {1, 2, 3, 4}, b[4];
+  EXPECT_EQ(ncclBroadcast(a, b, 4, ncclFloat, 1, s.comm, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("root 1"), std::string::npos) << lastError(s.comm);
+  EXPECT_EQ(ncclReduce(a, b, 4, ncclFloat, ncclSum, -1, s.comm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclReduce(a, nullptr, 4, ncclFloat, ncclSum, 0, s.comm, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("recvbuff is NULL"), std::string::npos);
+  EXPECT_EQ(ncclReduceScatter(a, a + 1, 2, ncclFloat, ncclSum, s.comm, nullptr),
+            ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("overlap"), std::string::npos);
+  EXPECT_EQ(ncclAllGather(a + 1, a, 2, ncclFloat, s.comm, nullptr), ncclInvalidArgument);
+  EXPECT_EQ(ncclReduce(a, b, 4, ncclFloat, ncclMax, 0, s.comm, nullptr), ncclSuccess);
+  EXPECT_EQ(b[3], 4);
+}
+
 TEST(ApiErrors, QueriesCheckTheirOutputPointers) {
   SoloComm s;
   int v = -5;
@@ -174,8 +190,8 @@ TEST(ApiErrors, PreMulSumOpsAreTiedToTheirType) {
 TEST(ApiErrors, UnimplementedEntryPointsSaySo) {
   SoloComm s;
   float a = 1;
-  EXPECT_EQ(ncclBroadcast(&a, &a, 1, ncclFloat, 0, s.comm, nullptr), ncclInvalidUsage);
-  EXPECT_NE(lastError(s.comm).find("ncclBroadcast is not implemented"), std::string::npos)
+  EXPECT_EQ(ncclSend(&a, 1, ncclFloat, 0, s.comm, nullptr), ncclInvalidUsage);
+  EXPECT_NE(lastError(s.comm).find("ncclSend is not implemented"), std::string::npos)
       << lastError(s.comm);
   ncclComm_t child = nullptr;
   EXPECT_EQ(ncclCommSplit(s.comm, 0, 0, &child, nullptr), ncclInvalidUsage);

@@ -1,0 +1,88 @@
+// Exact reference data for reduction tests: small integer inputs whose partial sums and
+// products stay exactly representable in every type (also fp8), so every rank can compute the
+// expected result of any reduction order independently of the library.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "harness.h"
+
+namespace chorus_test {
+namespace ref {
+
+enum Op { kSum, kProd, kMax, kMin, kAvg, kPreMulSum, kNumTestOps };
+inline const char* const kOpNames[] = {"sum", "prod", "max", "min", "avg", "premulsum"};
+
+inline bool isUnsigned(ncclDataType_t t) {
+  return t == ncclUint8 || t == ncclUint32 || t == ncclUint64;
+}
+
+// Element i of rank's input: small integers whose partial sums/products stay exact in the type.
+inline double inputValue(int rank, size_t i, ncclDataType_t type, Op op) {
+  auto k = static_cast<int64_t>(i);
+  switch (op) {
+    case kProd: {
+      int64_t m = (rank + k) % 3;
+      if (isUnsigned(type)) return m == 0 ? 2 : 1;
+      return m == 0 ? 2 : (m == 1 ? 1 : -1);
+    }
+    case kMax:
+    case kMin: {
+      int64_t v = (rank * 5 + k * 11) % 17;
+      return isUnsigned(type) ? v : v - 8;
+    }
+    default: {
+      if (type == ncclFloat8e5m2) return static_cast<double>((rank * 7 + k * 3) % 3 - 1);
+      int64_t v = (rank * 7 + k * 3) % 5;
+      return isUnsigned(type) ? v : v - 2;
+    }
+  }
+}
+
+// The reduction over ranks [0, nranks) of element i; PreMulSum uses the scalar 2.
+inline double expectedValue(int nranks, size_t i, ncclDataType_t type, Op op) {
+  double acc = inputValue(0, i, type, op);
+  if (op == kPreMulSum) acc *= 2;
+  for (int r = 1; r < nranks; ++r) {
+    double v = inputValue(r, i, type, op);
+    switch (op) {
+      case kProd:
+        acc *= v;
+        break;
+      case kMax:
+        acc = std::max(acc, v);
+        break;
+      case kMin:
+        acc = std::min(acc, v);
+        break;
+      case kPreMulSum:
+        acc += 2 * v;
+        break;
+      default:
+        acc += v;
+    }
+  }
+  if (op == kAvg) {
+    if (chorus_test::isFloatType(type)) return acc / nranks;
+    return std::trunc(acc / nranks);
+  }
+  return chorus_test::wrapToType(acc, type);
+}
+
+// Avg of floats is one division rounded to the type; everything else must be exact.
+inline double tolerance(ncclDataType_t type, Op op, double expected) {
+  if (op != kAvg || !chorus_test::isFloatType(type)) return 0;
+  double eps = type == ncclFloat64      ? 1e-15
+               : type == ncclFloat32    ? 1e-7
+               : type == ncclFloat16    ? 1e-3
+               : type == ncclBfloat16   ? 8e-3
+               : type == ncclFloat8e4m3 ? 0.07
+                                        : 0.13;
+  return eps * std::fabs(expected) + 1e-30;
+}
+
+}  // namespace ref
+}  // namespace chorus_test

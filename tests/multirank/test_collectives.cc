@@ -1,0 +1,165 @@
+// Reduce-scatter, reduce and broadcast across real ranks, for every root, several types and
+// ops, counts around the FIFO slot size, in place and out of place, over shm and TCP.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "harness.h"
+#include "reference.h"
+
+using chorus_test::RankMode;
+using namespace chorus_test::ref;  // NOLINT: Op and the reference values
+
+namespace {
+
+const ncclDataType_t kTypes[] = {ncclInt8,    ncclUint32,   ncclFloat16,   ncclFloat32,
+                                 ncclFloat64, ncclBfloat16, ncclFloat8e4m3};
+const Op kOps[] = {kSum, kProd, kMax, kMin, kAvg, kPreMulSum};
+const size_t kCounts[] = {0, 1, 5, 4099, 40009};
+
+// Holds a PreMulSum operator for the duration of one call.
+struct ScopedOp {
+  ScopedOp(Op op, ncclDataType_t type, ncclComm_t comm) : comm(comm) {
+    value = static_cast<ncclRedOp_t>(op);
+    if (op != kPreMulSum) return;
+    alignas(8) unsigned char scalar[8] = {};
+    chorus_test::storeExact(scalar, 0, type, 2.0);
+    EXPECT_EQ(ncclRedOpCreatePreMulSum(&value, scalar, type, ncclScalarHostImmediate, comm),
+              ncclSuccess);
+    created = true;
+  }
+  ~ScopedOp() {
+    if (created) ncclRedOpDestroy(value, comm);
+  }
+  ncclComm_t comm;
+  ncclRedOp_t value;
+  bool created = false;
+};
+
+size_t countWrong(const void* got, size_t count, size_t firstIndex, int nranks, ncclDataType_t type,
+                  Op op, const std::string& what) {
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    double want = expectedValue(nranks, firstIndex + i, type, op);
+    double v = chorus_test::loadValue(got, i, type);
+    if (!(std::fabs(v - want) <= tolerance(type, op, want)) && wrong++ < 3)
+      ADD_FAILURE() << what << ": element " << i << " is " << v << ", expected " << want;
+  }
+  return wrong;
+}
+
+void checkReduceScatter(int rank, int n, ncclComm_t comm, ncclDataType_t type, Op op, size_t count,
+                        bool inPlace) {
+  size_t es = chorus_test::typeSize(type);
+  std::vector<unsigned char> send(count * n * es + 8), recv(count * es + 8);
+  for (size_t j = 0; j < count * n; ++j)
+    chorus_test::storeExact(send.data(), j, type, inputValue(rank, j, type, op));
+  unsigned char* out = inPlace ? send.data() + rank * count * es : recv.data();
+  ScopedOp redop(op, type, comm);
+  ASSERT_EQ(ncclReduceScatter(send.data(), out, count, type, redop.value, comm, nullptr),
+            ncclSuccess)
+      << ncclGetLastError(comm);
+  std::string what = "rank " + std::to_string(rank) + " reduce-scatter " +
+                     chorus_test::typeName(type) + " " + kOpNames[op] + " count " +
+                     std::to_string(count) + (inPlace ? " in-place" : "");
+  EXPECT_EQ(countWrong(out, count, rank * count, n, type, op, what), 0u);
+}
+
+void checkReduce(int rank, int n, ncclComm_t comm, ncclDataType_t type, Op op, size_t count,
+                 int root, bool inPlace) {
+  size_t es = chorus_test::typeSize(type);
+  std::vector<unsigned char> send(count * es + 8), recv(count * es + 8, 0);
+  for (size_t i = 0; i < count; ++i)
+    chorus_test::storeExact(send.data(), i, type, inputValue(rank, i, type, op));
+  // Non-root ranks pass NULL: only the root's recvbuff is used.
+  void* out = rank != root ? nullptr : (inPlace ? send.data() : recv.data());
+  ScopedOp redop(op, type, comm);
+  ASSERT_EQ(ncclReduce(send.data(), out, count, type, redop.value, root, comm, nullptr),
+            ncclSuccess)
+      << ncclGetLastError(comm);
+  if (rank != root) return;
+  std::string what = "root " + std::to_string(root) + " reduce " + chorus_test::typeName(type) +
+                     " " + kOpNames[op] + " count " + std::to_string(count);
+  EXPECT_EQ(countWrong(out, count, 0, n, type, op, what), 0u);
+}
+
+void checkBroadcast(int rank, ncclComm_t comm, size_t bytes, int root, bool inPlace) {
+  std::vector<uint8_t> send(bytes + 1), recv(bytes + 1, 0xEE);
+  auto pattern = [root](size_t b) { return static_cast<uint8_t>(b * 13 + root * 101 + 7); };
+  uint8_t* src = inPlace ? recv.data() : send.data();
+  if (rank == root)
+    for (size_t b = 0; b < bytes; ++b) src[b] = pattern(b);
+  ASSERT_EQ(ncclBroadcast(src, recv.data(), bytes, ncclUint8, root, comm, nullptr), ncclSuccess)
+      << ncclGetLastError(comm);
+  size_t wrong = 0;
+  for (size_t b = 0; b < bytes; ++b)
+    if (recv[b] != pattern(b) && wrong++ < 3)
+      ADD_FAILURE() << "rank " << rank << " broadcast from " << root << ": byte " << b;
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(recv[bytes], 0xEE) << "wrote past the end";
+}
+
+using Config = std::tuple<RankMode, bool, int>;
+class CollectiveMatrix : public ::testing::TestWithParam<Config> {
+ protected:
+  void run(const std::function<void(int, int, ncclComm_t&)>& body) {
+    std::vector<std::string> env = {"CHORUS_BUFFSIZE=65536"};
+    if (std::get<1>(GetParam())) env.push_back("CHORUS_SHM_DISABLE=1");
+    chorus_test::runRanks(std::get<2>(GetParam()), std::get<0>(GetParam()), env, body);
+  }
+};
+
+TEST_P(CollectiveMatrix, ReduceScatter) {
+  run([](int rank, int n, ncclComm_t& comm) {
+    for (ncclDataType_t t : kTypes)
+      for (Op op : kOps)
+        for (size_t count : kCounts)
+          for (bool inPlace : {false, true})
+            checkReduceScatter(rank, n, comm, t, op, count, inPlace);
+  });
+}
+
+TEST_P(CollectiveMatrix, ReduceToEveryRoot) {
+  run([](int rank, int n, ncclComm_t& comm) {
+    for (int root = 0; root < n; ++root)
+      for (ncclDataType_t t : {ncclInt32, ncclFloat32, ncclBfloat16})
+        for (Op op : kOps)
+          for (size_t count : kCounts)
+            for (bool inPlace : {false, true})
+              checkReduce(rank, n, comm, t, op, count, root, inPlace);
+  });
+}
+
+TEST_P(CollectiveMatrix, BroadcastFromEveryRoot) {
+  run([](int rank, int n, ncclComm_t& comm) {
+    for (int root = 0; root < n; ++root)
+      for (size_t bytes : {size_t(0), size_t(1), size_t(65535), size_t(1000003)})
+        for (bool inPlace : {false, true}) checkBroadcast(rank, comm, bytes, root, inPlace);
+    // ncclBcast is the in-place form.
+    std::vector<int> v(1000, rank == n - 1 ? 42 : 0);
+    ASSERT_EQ(ncclBcast(v.data(), v.size(), ncclInt, n - 1, comm, nullptr), ncclSuccess);
+    EXPECT_EQ(v[0], 42);
+    EXPECT_EQ(v[999], 42);
+  });
+}
+
+std::string configName(const ::testing::TestParamInfo<Config>& info) {
+  return std::string(chorus_test::modeName(std::get<0>(info.param))) +
+         (std::get<1>(info.param) ? "_tcp_" : "_shm_") + std::to_string(std::get<2>(info.param)) +
+         "ranks";
+}
+
+INSTANTIATE_TEST_SUITE_P(Threads, CollectiveMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kThreads),
+                                            ::testing::Bool(), ::testing::Values(1, 2, 3, 5)),
+                         configName);
+INSTANTIATE_TEST_SUITE_P(Processes, CollectiveMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kProcesses),
+                                            ::testing::Bool(), ::testing::Values(2, 4)),
+                         configName);
+
+}  // namespace
