@@ -72,11 +72,6 @@ void fifoInit(void* memory, const FifoGeometry& geometry);
 // Checks a header mapped from another rank.
 Status fifoCheck(const void* memory, size_t mappedBytes);
 
-// Why a wait ended without a slot: reported to the executor, which adds rank/peer context.
-struct WaitFailure {
-  Code code;
-};
-
 // The sending end.
 class SendConnector {
  public:
@@ -94,6 +89,17 @@ class SendConnector {
       Code c = waiter.pause(header_->head, cachedHead_, header_->headSleepers);
       if (c != Code::kInProgress) {
         *failure = c;
+        return nullptr;
+      }
+    }
+    return data_ + (tail_ % nslots_) * slotBytes_;
+  }
+  // A free slot if there is one now, else nullptr (for loops that drive several FIFOs).
+  void* tryAcquire() {
+    if (tail_ - cachedHead_ >= nslots_) {
+      cachedHead_ = header_->head.load(std::memory_order_acquire);
+      if (tail_ - cachedHead_ >= nslots_) {
+        if (proxy_ != nullptr) proxy_->tryProgress();
         return nullptr;
       }
     }
@@ -142,6 +148,18 @@ class RecvConnector {
       Code c = waiter.pause(header_->tail, cachedTail_, header_->tailSleepers);
       if (c != Code::kInProgress) {
         *failure = c;
+        return nullptr;
+      }
+    }
+    *bytes = header_->slotSize[head_ % nslots_];
+    return data_ + (head_ % nslots_) * slotBytes_;
+  }
+  // A filled slot if there is one now, else nullptr (for loops that drive several FIFOs).
+  const void* tryWait(size_t* bytes) {
+    if (cachedTail_ <= head_) {
+      cachedTail_ = header_->tail.load(std::memory_order_acquire);
+      if (cachedTail_ <= head_) {
+        if (proxy_ != nullptr) proxy_->tryProgress();
         return nullptr;
       }
     }

@@ -217,23 +217,150 @@ extern "C" ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t
 }
 NCCL_ALIAS(ncclReduce)
 
-// The collectives below are declared by the API but not provided by this version yet: they
-// validate the communicator and fail with a message saying so, never silently succeed.
-#define CHORUS_NOT_YET(name, params, ...)          \
-  extern "C" ncclResult_t p##name params {         \
-    return guarded(comm, #name, [&]() -> Status {  \
-      Result<CommRef> c = usableComm(comm, #name); \
-      if (!c.isOk()) return c.status();            \
-      return notImplemented(#name);                \
-    });                                            \
-  }                                                \
-  NCCL_ALIAS(name)
+namespace {
 
-CHORUS_NOT_YET(ncclAlltoAll,
-               (const void*, void*, size_t, ncclDataType_t, ncclComm_t comm, cudaStream_t))
-CHORUS_NOT_YET(ncclGather,
-               (const void*, void*, size_t, ncclDataType_t, int, ncclComm_t comm, cudaStream_t))
-CHORUS_NOT_YET(ncclScatter,
-               (const void*, void*, size_t, ncclDataType_t, int, ncclComm_t comm, cudaStream_t))
-CHORUS_NOT_YET(ncclSend, (const void*, size_t, ncclDataType_t, int, ncclComm_t comm, cudaStream_t))
-CHORUS_NOT_YET(ncclRecv, (void*, size_t, ncclDataType_t, int, ncclComm_t comm, cudaStream_t))
+// Queues point-to-point ops in the open group, or runs them as a group of their own.
+Status runP2p(ncclComm_t comm, const CommRef& impl, const std::vector<P2pOp>& ops) {
+  if (groupActive()) {
+    P2pRunner runner = [impl](const std::vector<P2pOp>& all) { return impl->p2p(all); };
+    for (const P2pOp& op : ops) groupEnqueueP2p(comm, op, runner);
+    return Status::ok();
+  }
+  return impl->p2p(ops);
+}
+
+Status checkPeer(int peer, int nranks, const char* fn) {
+  if (peer < 0 || peer >= nranks)
+    return invalidArgument("%s: peer %d is outside [0, %d)", fn, peer, nranks);
+  return Status::ok();
+}
+
+P2pOp sendOp(int peer, const void* buf, size_t bytes) {
+  P2pOp op;
+  op.isSend = true;
+  op.peer = peer;
+  op.sendbuff = buf;
+  op.bytes = bytes;
+  return op;
+}
+
+P2pOp recvOp(int peer, void* buf, size_t bytes) {
+  P2pOp op;
+  op.peer = peer;
+  op.recvbuff = buf;
+  op.bytes = bytes;
+  return op;
+}
+
+}  // namespace
+
+extern "C" ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
+                                  int peer, ncclComm_t comm, cudaStream_t stream) {
+  (void)stream;
+  return guarded(comm, "ncclSend", [&]() -> Status {
+    const char* fn = "ncclSend";
+    CollArgs a;
+    Result<CommRef> c = prepare(comm, fn, datatype, nullptr, nullptr, &a);
+    if (!c.isOk()) return c.status();
+    CHORUS_TRY(checkPeer(peer, c.value()->nranks(), fn));
+    CHORUS_TRY(checkBuffer(sendbuff, count, 1, datatype, "sendbuff", fn));
+    return runP2p(comm, c.value(), {sendOp(peer, sendbuff, count * dataTypeSize(a.type))});
+  });
+}
+NCCL_ALIAS(ncclSend)
+
+extern "C" ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                                  ncclComm_t comm, cudaStream_t stream) {
+  (void)stream;
+  return guarded(comm, "ncclRecv", [&]() -> Status {
+    const char* fn = "ncclRecv";
+    CollArgs a;
+    Result<CommRef> c = prepare(comm, fn, datatype, nullptr, nullptr, &a);
+    if (!c.isOk()) return c.status();
+    CHORUS_TRY(checkPeer(peer, c.value()->nranks(), fn));
+    CHORUS_TRY(checkBuffer(recvbuff, count, 1, datatype, "recvbuff", fn));
+    return runP2p(comm, c.value(), {recvOp(peer, recvbuff, count * dataTypeSize(a.type))});
+  });
+}
+NCCL_ALIAS(ncclRecv)
+
+extern "C" ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
+                                      ncclDataType_t datatype, ncclComm_t comm,
+                                      cudaStream_t stream) {
+  (void)stream;
+  return guarded(comm, "ncclAlltoAll", [&]() -> Status {
+    const char* fn = "ncclAlltoAll";
+    CollArgs a;
+    Result<CommRef> c = prepare(comm, fn, datatype, nullptr, nullptr, &a);
+    if (!c.isOk()) return c.status();
+    int n = c.value()->nranks();
+    CHORUS_TRY(checkBuffer(sendbuff, count, n, datatype, "sendbuff", fn));
+    CHORUS_TRY(checkBuffer(recvbuff, count, n, datatype, "recvbuff", fn));
+    size_t bytes = count * dataTypeSize(a.type);
+    // In place (one buffer) is fine: the executor sends overwritten blocks from a copy.
+    CHORUS_TRY(checkInPlaceOrDisjoint(sendbuff, bytes * n, recvbuff, bytes * n, recvbuff, fn));
+    std::vector<P2pOp> ops;
+    for (int p = 0; p < n; ++p) {
+      ops.push_back(sendOp(p, static_cast<const char*>(sendbuff) + bytes * p, bytes));
+      ops.push_back(recvOp(p, static_cast<char*>(recvbuff) + bytes * p, bytes));
+    }
+    return runP2p(comm, c.value(), ops);
+  });
+}
+NCCL_ALIAS(ncclAlltoAll)
+
+extern "C" ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count,
+                                    ncclDataType_t datatype, int root, ncclComm_t comm,
+                                    cudaStream_t stream) {
+  (void)stream;
+  return guarded(comm, "ncclGather", [&]() -> Status {
+    const char* fn = "ncclGather";
+    CollArgs a;
+    Result<CommRef> c = prepare(comm, fn, datatype, nullptr, &root, &a);
+    if (!c.isOk()) return c.status();
+    int n = c.value()->nranks();
+    bool isRoot = c.value()->rank() == root;
+    CHORUS_TRY(checkBuffer(sendbuff, count, 1, datatype, "sendbuff", fn));
+    size_t bytes = count * dataTypeSize(a.type);
+    std::vector<P2pOp> ops;
+    if (isRoot) {
+      // Only the root's recvbuff is used; in place when sendbuff is the root's own block.
+      CHORUS_TRY(checkBuffer(recvbuff, count, n, datatype, "recvbuff", fn));
+      const char* mine = static_cast<const char*>(recvbuff) + bytes * root;
+      CHORUS_TRY(checkInPlaceOrDisjoint(sendbuff, bytes, recvbuff, bytes * n, mine, fn));
+      for (int p = 0; p < n; ++p)
+        ops.push_back(recvOp(p, static_cast<char*>(recvbuff) + bytes * p, bytes));
+    }
+    ops.push_back(sendOp(root, sendbuff, bytes));
+    return runP2p(comm, c.value(), ops);
+  });
+}
+NCCL_ALIAS(ncclGather)
+
+extern "C" ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count,
+                                     ncclDataType_t datatype, int root, ncclComm_t comm,
+                                     cudaStream_t stream) {
+  (void)stream;
+  return guarded(comm, "ncclScatter", [&]() -> Status {
+    const char* fn = "ncclScatter";
+    CollArgs a;
+    Result<CommRef> c = prepare(comm, fn, datatype, nullptr, &root, &a);
+    if (!c.isOk()) return c.status();
+    int n = c.value()->nranks();
+    bool isRoot = c.value()->rank() == root;
+    CHORUS_TRY(checkBuffer(recvbuff, count, 1, datatype, "recvbuff", fn));
+    size_t bytes = count * dataTypeSize(a.type);
+    std::vector<P2pOp> ops;
+    if (isRoot) {
+      // Only the root's sendbuff is used; in place when recvbuff is the root's own block.
+      CHORUS_TRY(checkBuffer(sendbuff, count, n, datatype, "sendbuff", fn));
+      const char* mine = static_cast<const char*>(sendbuff) + bytes * root;
+      if (recvbuff != mine) CHORUS_TRY(checkOverlap(sendbuff, bytes * n, recvbuff, bytes, fn));
+      for (int p = 0; p < n; ++p)
+        ops.push_back(sendOp(p, static_cast<const char*>(sendbuff) + bytes * p, bytes));
+    }
+    ops.push_back(recvOp(root, recvbuff, bytes));
+    return runP2p(comm, c.value(), ops);
+  });
+}
+NCCL_ALIAS(ncclScatter)

@@ -53,6 +53,20 @@ Code Waiter::pause(const std::atomic<uint64_t>& counter, uint64_t seen,
   return Code::kInProgress;
 }
 
+Code Waiter::pauseAny() {
+  ++polls_;
+  if (polls_ <= spinCount_) {
+    cpuRelax();
+    if ((polls_ & 255) != 0) return Code::kInProgress;
+  } else {
+    struct timespec ts = {0, 20 * 1000};
+    nanosleep(&ts, nullptr);
+  }
+  if (aborted()) return Code::kInvalidUsage;
+  if (Clock::now() > deadline_) return Code::kRemoteError;
+  return Code::kInProgress;
+}
+
 int Waiter::remainingMs(int capMs) const {
   if (deadline_ == Clock::time_point::max()) return capMs;
   auto left =

@@ -39,6 +39,10 @@ class Waiter {
   // (kRemoteError, "timed out") or the abort flag was raised (kInvalidUsage).
   Code pause(const std::atomic<uint64_t>& counter, uint64_t seen, std::atomic<uint32_t>& sleepers);
 
+  // For loops that wait on several things at once (no single counter to sleep on): spins,
+  // then naps briefly. Same results as pause.
+  Code pauseAny();
+
   bool aborted() const { return abort_ != nullptr && abort_->isRaised(); }
   Clock::time_point deadline() const { return deadline_; }
   // Milliseconds left before the deadline (for poll()), capped at capMs; 0 when passed.

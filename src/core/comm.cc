@@ -3,6 +3,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/log.h"
@@ -14,6 +15,9 @@ namespace chorus {
 namespace {
 
 constexpr int kTagRingSetup = 1000;
+constexpr int kTagP2pSetup = 1100;
+// Channel number of point-to-point connectors (ring channels count from 0).
+constexpr int kP2pChannel = 100;
 
 uint64_t randomNonce() {
   uint64_t v = 0;
@@ -198,6 +202,60 @@ Status Communicator::destroyOp(int op) {
 Status Communicator::run(HostCollective collective, const CollArgs& args) {
   CHORUS_TRY(checkUsable());
   Status s = collective(exec_, args);
+  if (!s.isOk()) return explain(s);
+  return s;
+}
+
+// Both ends of a new pair run this in the same group, so the receiver's description is sent
+// before anyone blocks on a peer's: no ordering of peers can deadlock.
+Status Communicator::connectP2p(const std::vector<P2pOp>& ops) {
+  if (p2pConns_.empty()) p2pConns_.resize(nranks_);
+  std::vector<int> newRecv, newSend;
+  for (const P2pOp& op : ops) {
+    if (op.peer == rank_ || op.bytes == 0) continue;
+    P2pConnection& c = p2pConns_[op.peer];
+    std::vector<int>& list = op.isSend ? newSend : newRecv;
+    bool ready = op.isSend ? c.send.valid() : c.recv.valid();
+    if (!ready && std::find(list.begin(), list.end(), op.peer) == list.end())
+      list.push_back(op.peer);
+  }
+  for (int peer : newRecv) {
+    Transport* t = transportFor(peers_[peer]);
+    ConnectInfo info = {};
+    CHORUS_TRY(t->setupRecv(peer, kP2pChannel, &info, &p2pConns_[peer].recv));
+    p2pConns_[peer].recvTransport = t->name();
+    CHORUS_TRY(bootstrap_->send(peer, kTagP2pSetup, &info, sizeof(info)));
+  }
+  for (int peer : newSend) {
+    Transport* t = transportFor(peers_[peer]);
+    ConnectInfo info = {};
+    CHORUS_TRY(bootstrap_->recv(peer, kTagP2pSetup, &info, sizeof(info)));
+    CHORUS_TRY(t->connectSend(peer, kP2pChannel, info, &p2pConns_[peer].send));
+    p2pConns_[peer].sendTransport = t->name();
+  }
+  for (int peer : newRecv) CHORUS_TRY(transportFor(peers_[peer])->finishRecv(peer, kP2pChannel));
+  if (!newRecv.empty() || !newSend.empty())
+    LOG_INFO(kSubsysP2p, "rank %d: connected %zu new receive and %zu new send peers", rank_,
+             newRecv.size(), newSend.size());
+  return Status::ok();
+}
+
+Status Communicator::p2p(const std::vector<P2pOp>& ops) {
+  CHORUS_TRY(checkUsable());
+  Status s = connectP2p(ops);
+  if (!s.isOk()) {
+    std::string peers;
+    for (const P2pOp& op : ops) {
+      if (op.peer == rank_) continue;
+      peers += formatString("%s%s rank %d", peers.empty() ? "" : ", ",
+                            op.isSend ? "ncclSend to" : "ncclRecv from", op.peer);
+    }
+    s = s.withContext(formatString(
+        "rank %d: connecting for %s (each peer must post its matching calls, in a group when "
+        "several depend on each other)",
+        rank_, peers.c_str()));
+  }
+  if (s.isOk()) s = hostP2p(exec_, ops, p2pConns_);
   if (!s.isOk()) return explain(s);
   return s;
 }

@@ -56,6 +56,8 @@ class Communicator final : public ErrorSink {
   // Runs one collective on host buffers with the given executor entry point (hostAllReduce...).
   using HostCollective = Status (*)(const ExecContext&, const CollArgs&);
   Status run(HostCollective collective, const CollArgs& args);
+  // Runs a group's point-to-point ops, connecting to new peers first.
+  Status p2p(const std::vector<P2pOp>& ops);
 
   // Fails when the communicator was aborted, finalized or hit an asynchronous error.
   Status checkUsable() const;
@@ -71,6 +73,7 @@ class Communicator final : public ErrorSink {
   Communicator(int rank, int nranks, const CommOptions& options);
   Status init(const UniqueIdInfo& id);
   Status connectRing();
+  Status connectP2p(const std::vector<P2pOp>& ops);
   Transport* transportFor(const PeerInfo& peer);
   // Turns an executor failure into the error the user should see (the async cause first).
   Status explain(const Status& failure) const;
@@ -90,6 +93,7 @@ class Communicator final : public ErrorSink {
   std::unique_ptr<Transport> socket_;
   std::vector<HostChannel> channels_;
   std::vector<int> ringRanks_;
+  std::vector<P2pConnection> p2pConns_;  // by peer; connectors built on first use
   ExecContext exec_;
 
   std::vector<UserRedOp> userOps_;

@@ -11,6 +11,8 @@ namespace {
 struct Queue {
   const void* key;
   std::vector<std::function<Status()>> tasks;
+  std::vector<P2pOp> p2pOps;
+  P2pRunner p2pRunner;
 };
 
 struct GroupState {
@@ -25,7 +27,15 @@ Status runQueue(Queue& q) {
     Status s = task();
     if (!s.isOk()) return s;
   }
+  if (!q.p2pOps.empty()) return q.p2pRunner(q.p2pOps);
   return Status::ok();
+}
+
+Queue& queueFor(const void* key) {
+  for (Queue& q : tGroup.queues)
+    if (q.key == key) return q;
+  tGroup.queues.push_back(Queue{key, {}, {}, {}});
+  return tGroup.queues.back();
 }
 
 }  // namespace
@@ -39,14 +49,13 @@ void groupStart() {
 }
 
 void groupEnqueue(const void* key, std::function<Status()> task) {
-  for (Queue& q : tGroup.queues) {
-    if (q.key == key) {
-      q.tasks.push_back(std::move(task));
-      return;
-    }
-  }
-  tGroup.queues.push_back(Queue{key, {}});
-  tGroup.queues.back().tasks.push_back(std::move(task));
+  queueFor(key).tasks.push_back(std::move(task));
+}
+
+void groupEnqueueP2p(const void* key, const P2pOp& op, const P2pRunner& runner) {
+  Queue& q = queueFor(key);
+  q.p2pOps.push_back(op);
+  if (!q.p2pRunner) q.p2pRunner = runner;
 }
 
 Status groupEnd() {

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "common/status.h"
+#include "exec/host_executor.h"
 
 namespace chorus {
 
@@ -14,6 +16,10 @@ bool groupActive();
 void groupStart();
 // Key identifies the communicator whose ordered queue the task joins.
 void groupEnqueue(const void* key, std::function<Status()> task);
+// Point-to-point ops of one communicator gather into one batch, run by runner after the
+// communicator's other queued tasks, so that all its sends and receives progress together.
+using P2pRunner = std::function<Status(const std::vector<P2pOp>&)>;
+void groupEnqueueP2p(const void* key, const P2pOp& op, const P2pRunner& runner);
 // Ends one nesting level; at the outermost runs every queued task and returns the first error.
 Status groupEnd();
 

@@ -45,6 +45,28 @@ struct CollArgs {
   int root = 0;  // broadcast and reduce
 };
 
+// One point-to-point transfer of a group: a send to or a receive from peer. All transfers of a
+// group progress together; transfers between one pair of ranks are matched in call order.
+struct P2pOp {
+  bool isSend = false;
+  int peer = -1;
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  size_t bytes = 0;
+};
+
+// Connectors to one peer for point-to-point transfers, built when first needed.
+struct P2pConnection {
+  SendConnector send;
+  RecvConnector recv;
+  const char* sendTransport = "";
+  const char* recvTransport = "";
+};
+
+// Runs every op of a group; conns[peer] must be connected in the directions the ops use.
+Status hostP2p(const ExecContext& ctx, const std::vector<P2pOp>& ops,
+               std::vector<P2pConnection>& conns);
+
 Status hostAllReduce(const ExecContext& ctx, const CollArgs& args);
 Status hostAllGather(const ExecContext& ctx, const CollArgs& args);
 Status hostReduceScatter(const ExecContext& ctx, const CollArgs& args);

@@ -25,7 +25,8 @@ enum class DataType : int {
 };
 
 size_t dataTypeSize(DataType type);
-const char* dataTypeName(DataType type);  // "float", "half", "bfloat16", "f8e4m3", ... as nccl-tests
+const char* dataTypeName(
+    DataType type);  // "float", "half", "bfloat16", "f8e4m3", ... as nccl-tests
 
 enum class RedKind : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4, kPreMulSum = 5 };
 

@@ -24,8 +24,7 @@ class ShmTransport final : public Transport {
   const char* name() const override { return "shm"; }
 
   Status setupRecv(int peer, int channel, ConnectInfo* info, RecvConnector* conn) override {
-    std::string name = "/chorus-" + ctx_.commTag + "-" + std::to_string(ctx_.rank) + "-" +
-                       std::to_string(peer) + "-" + std::to_string(channel);
+    std::string name = segmentName(peer, channel);
     Result<ShmSegment> seg = ShmSegment::create(name, ctx_.geometry.totalBytes());
     if (!seg.isOk()) return seg.status().withContext("shm transport");
     fifoInit(seg.value().data(), ctx_.geometry);
@@ -50,19 +49,31 @@ class ShmTransport final : public Transport {
     CHORUS_TRY(fifoCheck(seg.value().data(), si.bytes));
     *conn = SendConnector(seg.value().data());
     segments_.push_back(seg.take());
-    return Status::ok();
+    // Tell the receiver its segment is mapped, so that it can remove the name.
+    uint8_t attached = 1;
+    return ctx_.bootstrap->send(peer, kTagAttached + channel, &attached, sizeof(attached));
   }
 
-  Status finishRecv(int, int) override { return Status::ok(); }
-
-  // Every sender has mapped its segment by now (the caller ran a barrier), so the names can go:
-  // nothing is left in /dev/shm even if a process is killed later.
-  Status afterSetup() override {
-    for (ShmSegment& s : segments_) s.unlink();
+  // Once the sender has mapped the segment the name can go: nothing is left in /dev/shm even
+  // if a process is killed later.
+  Status finishRecv(int peer, int channel) override {
+    uint8_t attached = 0;
+    CHORUS_TRY(ctx_.bootstrap->recv(peer, kTagAttached + channel, &attached, sizeof(attached)));
+    std::string name = segmentName(peer, channel);
+    for (ShmSegment& s : segments_)
+      if (s.name() == name) s.unlink();
     return Status::ok();
   }
 
  private:
+  // Bootstrap tags of the "segment mapped" messages, one per channel.
+  static constexpr int kTagAttached = 3000;
+
+  std::string segmentName(int peer, int channel) const {
+    return "/chorus-" + ctx_.commTag + "-" + std::to_string(ctx_.rank) + "-" +
+           std::to_string(peer) + "-" + std::to_string(channel);
+  }
+
   TransportContext ctx_;
   std::vector<ShmSegment> segments_;
 };

@@ -108,8 +108,7 @@ class SocketTransport final : public Transport, public ProxyLink {
     auto c = newConn(true, peer, channel);
     c->socket = s.take();
     *conn = SendConnector(c->memory.get());
-    conns_.push_back(std::move(c));
-    return Status::ok();
+    return addConn(std::move(c));
   }
 
   // Accepts until the connection of (peer, channel) arrives; connections for other channels
@@ -119,9 +118,9 @@ class SocketTransport final : public Transport, public ProxyLink {
     while (true) {
       for (auto it = pending_.begin(); it != pending_.end(); ++it) {
         if ((*it)->peer == peer && (*it)->channel == channel && (*it)->socket.valid()) {
-          conns_.push_back(std::move(*it));
+          std::unique_ptr<SocketConn> c = std::move(*it);
           pending_.erase(it);
-          return Status::ok();
+          return addConn(std::move(c));
         }
       }
       Result<Socket> s = listener_.accept(w, options_);
@@ -152,22 +151,32 @@ class SocketTransport final : public Transport, public ProxyLink {
   }
 
   Status afterSetup() override {
-    if (doorbellFd < 0) return errnoError(errno, "socket transport: eventfd for the proxy");
     if (!pending_.empty())
       return internalError("socket transport: %zu receive connectors never connected",
                            pending_.size());
-    listener_.close();
-    for (auto& c : conns_) {
-      LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d over %s", ctx_.rank,
-               c->isSend ? "sending to" : "receiving from", c->peer, c->channel,
-               c->socket.peer().toString().c_str());
-    }
-    started_.store(true, std::memory_order_release);
-    proxy_ = std::thread([this] { proxyLoop(); });
     return Status::ok();
   }
 
  private:
+  // Hands a connected connector to the proxy (started with the first one). Connectors may be
+  // added at any time: point-to-point peers are connected when first used.
+  Status addConn(std::unique_ptr<SocketConn> c) {
+    if (doorbellFd < 0) return errnoError(EMFILE, "socket transport: eventfd for the proxy");
+    LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d over %s", ctx_.rank,
+             c->isSend ? "sending to" : "receiving from", c->peer, c->channel,
+             c->socket.peer().toString().c_str());
+    {
+      std::lock_guard<std::mutex> lock(progressMutex_);
+      conns_.push_back(std::move(c));
+    }
+    if (!proxy_.joinable()) {
+      proxy_ = std::thread([this] { proxyLoop(); });
+    } else {
+      ring();  // the sleeping proxy must add the new socket to its poll set
+    }
+    return Status::ok();
+  }
+
   std::unique_ptr<SocketConn> newConn(bool isSend, int peer, int channel) {
     auto c = std::make_unique<SocketConn>();
     c->isSend = isSend;
@@ -307,7 +316,6 @@ class SocketTransport final : public Transport, public ProxyLink {
   }
 
   void tryProgress() override {
-    if (!started_.load(std::memory_order_acquire)) return;
     std::unique_lock<std::mutex> lock(progressMutex_, std::try_to_lock);
     if (lock.owns_lock()) progressAll();
   }
@@ -376,7 +384,6 @@ class SocketTransport final : public Transport, public ProxyLink {
   std::vector<std::unique_ptr<SocketConn>> conns_;
   std::thread proxy_;
   std::atomic<bool> stop_{false};
-  std::atomic<bool> started_{false};
   std::mutex progressMutex_;  // one thread at a time moves data on the connections
 };
 
