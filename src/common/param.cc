@@ -39,7 +39,6 @@ const std::vector<ParamDef> kParams = {
      "Interfaces for sockets: prefix list (eth,ens), ^ to exclude, = for exact names", true},
     {"SOCKET_FAMILY", ParamType::kString, "", "AF_INET or AF_INET6 to force an address family",
      true},
-    {"SOCKET_NTHREADS", ParamType::kInt, "1", "Proxy threads driving socket connections", true},
     {"SOCKET_BUFFSIZE", ParamType::kInt, "4194304",
      "SO_SNDBUF/SO_RCVBUF of data sockets (0: OS default)", false},
     // Shared memory
@@ -57,10 +56,8 @@ const std::vector<ParamDef> kParams = {
     {"BUFFSIZE", ParamType::kInt, "1048576",
      "Bytes of each connector FIFO (split into STEPS slots)", true},
     {"STEPS", ParamType::kInt, "8", "Slots per connector FIFO", false},
-    {"CHUNKSIZE", ParamType::kInt, "131072", "Bytes a ring step moves at most (a FIFO slot)",
-     false},
     {"SPIN_COUNT", ParamType::kInt, "2000",
-     "Polls of a flag before a waiting thread starts yielding the core", false},
+     "Polls of a FIFO counter before a waiting thread sleeps in the kernel until woken", false},
     {"ALGO", ParamType::kString, "", "Force the algorithm (ring)", true},
 };
 
