@@ -10,6 +10,8 @@ const char* algorithmName(Algorithm algo) {
   switch (algo) {
     case Algorithm::kRing:
       return "ring";
+    case Algorithm::kTree:
+      return "tree";
     case Algorithm::kAuto:
       return "auto";
   }
@@ -20,7 +22,8 @@ Result<Algorithm> algorithmOverride() {
   ParamValue v = paramRaw("ALGO");
   if (!v.isSet || v.value.empty()) return Algorithm::kAuto;
   if (strcasecmp(v.value.c_str(), "ring") == 0) return Algorithm::kRing;
-  return invalidArgument("%s=\"%s\" names no algorithm Chorus implements (accepted: ring)",
+  if (strcasecmp(v.value.c_str(), "tree") == 0) return Algorithm::kTree;
+  return invalidArgument("%s=\"%s\" names no algorithm Chorus implements (accepted: ring, tree)",
                          v.source.c_str(), v.value.c_str());
 }
 

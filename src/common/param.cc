@@ -58,7 +58,7 @@ const std::vector<ParamDef> kParams = {
     {"STEPS", ParamType::kInt, "8", "Slots per connector FIFO", false},
     {"SPIN_COUNT", ParamType::kInt, "2000",
      "Polls of a FIFO counter before a waiting thread sleeps in the kernel until woken", false},
-    {"ALGO", ParamType::kString, "", "Force the algorithm (ring)", true},
+    {"ALGO", ParamType::kString, "", "All-reduce algorithm: ring (default) or tree", true},
 };
 
 std::mutex gWarnMutex;

@@ -18,6 +18,20 @@ constexpr int kTagRingSetup = 1000;
 constexpr int kTagP2pSetup = 1100;
 // Channel number of point-to-point connectors (ring channels count from 0).
 constexpr int kP2pChannel = 100;
+// Tree links: channel 200 + 2*tree carries partial results up (child to parent), 201 + 2*tree
+// final results down, so the two directions between a pair never share a FIFO name or a
+// socket match. Each receiver's description travels with tag kTagTreeSetup + (channel - 200).
+constexpr int kTreeChannelBase = 200;
+constexpr int kTagTreeSetup = 1200;
+int treeUpChannel(int tree) {
+  return kTreeChannelBase + 2 * tree;
+}
+int treeDownChannel(int tree) {
+  return kTreeChannelBase + 2 * tree + 1;
+}
+int treeSetupTag(int channel) {
+  return kTagTreeSetup + channel - kTreeChannelBase;
+}
 
 uint64_t randomNonce() {
   uint64_t v = 0;
@@ -54,6 +68,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdInfo& i
 }
 
 Status Communicator::init(const UniqueIdInfo& id) {
+  // A bad override fails before this rank waits for anyone.
+  Result<Algorithm> algo = algorithmOverride();
+  if (!algo.isOk()) return algo.status().withContext(formatString("rank %d init", rank_));
+  algorithm_ = algo.value();
   timeoutSeconds_ = static_cast<double>(paramInt("TIMEOUT"));
   spinCount_ = paramInt("SPIN_COUNT");
   BootstrapOptions bo;
@@ -94,6 +112,13 @@ Status Communicator::init(const UniqueIdInfo& id) {
   transportCtx_.timeoutSeconds = timeoutSeconds_;
 
   if (nranks_ > 1) CHORUS_TRY(connectRing());
+  // Auto still means the ring, so only an explicit tree choice pays for the tree links.
+  const bool treeAllReduce = algorithm_ == Algorithm::kTree && nranks_ > 1;
+  if (treeAllReduce) CHORUS_TRY(connectTrees());
+  if (rank_ == 0)
+    LOG_INFO(kSubsysTuning, "all-reduce uses the %s algorithm (%s)",
+             treeAllReduce ? "tree" : "ring",
+             algorithm_ == Algorithm::kAuto ? "default" : paramRaw("ALGO").source.c_str());
 
   exec_.rank = rank_;
   exec_.nranks = nranks_;
@@ -142,6 +167,61 @@ Status Communicator::connectRing() {
              ch.recvTransport, rank_, next, ch.sendTransport);
   }
   // All senders attached: transports may now release names and start their proxies.
+  CHORUS_TRY(bootstrap_->barrier());
+  if (shm_) CHORUS_TRY(shm_->afterSetup());
+  if (socket_) CHORUS_TRY(socket_->afterSetup());
+  return Status::ok();
+}
+
+Status Communicator::connectTrees() {
+  trees_.fifoSlots = static_cast<int>(transportCtx_.geometry.nslots);
+  for (int t = 0; t < kNumTrees; ++t) {
+    HostTree& tree = trees_.trees[t];
+    tree.node = treeNode(nranks_, rank_, t);
+    tree.parent.peer = tree.node.parent;
+    for (int c = 0; c < tree.node.nchildren; ++c) tree.children[c].peer = tree.node.children[c];
+  }
+  // Every receive FIFO first, its description sent at once, so that no rank blocks on a peer
+  // before publishing its own: any order of peers is then free of deadlock.
+  auto setupRecv = [&](HostTreeLink& link, int channel) -> Status {
+    Transport* t = transportFor(peers_[link.peer]);
+    link.recvTransport = t->name();
+    ConnectInfo info = {};
+    CHORUS_TRY(t->setupRecv(link.peer, channel, &info, &link.recv));
+    return bootstrap_->send(link.peer, treeSetupTag(channel), &info, sizeof(info));
+  };
+  auto connectSend = [&](HostTreeLink& link, int channel) -> Status {
+    Transport* t = transportFor(peers_[link.peer]);
+    link.sendTransport = t->name();
+    ConnectInfo info = {};
+    CHORUS_TRY(bootstrap_->recv(link.peer, treeSetupTag(channel), &info, sizeof(info)));
+    return t->connectSend(link.peer, channel, info, &link.send);
+  };
+  for (int t = 0; t < kNumTrees; ++t) {
+    HostTree& tree = trees_.trees[t];
+    if (tree.node.parent >= 0) CHORUS_TRY(setupRecv(tree.parent, treeDownChannel(t)));
+    for (int c = 0; c < tree.node.nchildren; ++c)
+      CHORUS_TRY(setupRecv(tree.children[c], treeUpChannel(t)));
+  }
+  for (int t = 0; t < kNumTrees; ++t) {
+    HostTree& tree = trees_.trees[t];
+    if (tree.node.parent >= 0) CHORUS_TRY(connectSend(tree.parent, treeUpChannel(t)));
+    for (int c = 0; c < tree.node.nchildren; ++c)
+      CHORUS_TRY(connectSend(tree.children[c], treeDownChannel(t)));
+  }
+  for (int t = 0; t < kNumTrees; ++t) {
+    HostTree& tree = trees_.trees[t];
+    if (tree.node.parent >= 0)
+      CHORUS_TRY(
+          transportFor(peers_[tree.parent.peer])->finishRecv(tree.parent.peer, treeDownChannel(t)));
+    for (int c = 0; c < tree.node.nchildren; ++c)
+      CHORUS_TRY(transportFor(peers_[tree.children[c].peer])
+                     ->finishRecv(tree.children[c].peer, treeUpChannel(t)));
+    LOG_INFO(kSubsysInit, "tree %d: rank %d parent %d children %d %d (depth %d)", t, rank_,
+             tree.node.parent, tree.node.nchildren > 0 ? tree.node.children[0] : -1,
+             tree.node.nchildren > 1 ? tree.node.children[1] : -1, tree.node.depth);
+  }
+  // Every tree sender attached; the transports check that nothing is left half-connected.
   CHORUS_TRY(bootstrap_->barrier());
   if (shm_) CHORUS_TRY(shm_->afterSetup());
   if (socket_) CHORUS_TRY(socket_->afterSetup());
@@ -201,7 +281,9 @@ Status Communicator::destroyOp(int op) {
 
 Status Communicator::run(HostCollective collective, const CollArgs& args) {
   CHORUS_TRY(checkUsable());
-  Status s = collective(exec_, args);
+  Status s = collective == hostAllReduce && algorithm_ == Algorithm::kTree && nranks_ > 1
+                 ? hostAllReduceTree(exec_, args, trees_)
+                 : collective(exec_, args);
   if (!s.isOk()) return explain(s);
   return s;
 }

@@ -9,10 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/algorithm.h"
 #include "bootstrap/bootstrap.h"
 #include "common/status.h"
 #include "common/wait.h"
 #include "exec/host_executor.h"
+#include "exec/host_tree.h"
 #include "exec/reduce.h"
 #include "transport/transport.h"
 
@@ -73,6 +75,8 @@ class Communicator final : public ErrorSink {
   Communicator(int rank, int nranks, const CommOptions& options);
   Status init(const UniqueIdInfo& id);
   Status connectRing();
+  // Links to the parent and children of both trees, both directions (tree all-reduce).
+  Status connectTrees();
   Status connectP2p(const std::vector<P2pOp>& ops);
   Transport* transportFor(const PeerInfo& peer);
   // Turns an executor failure into the error the user should see (the async cause first).
@@ -93,7 +97,9 @@ class Communicator final : public ErrorSink {
   std::unique_ptr<Transport> socket_;
   std::vector<HostChannel> channels_;
   std::vector<int> ringRanks_;
-  std::vector<P2pConnection> p2pConns_;  // by peer; connectors built on first use
+  Algorithm algorithm_ = Algorithm::kAuto;  // CHORUS_ALGO/NCCL_ALGO
+  TreeLinks trees_;                         // connected when all-reduce uses the tree
+  std::vector<P2pConnection> p2pConns_;     // by peer; connectors built on first use
   ExecContext exec_;
 
   std::vector<UserRedOp> userOps_;

@@ -1,7 +1,8 @@
 // All-reduce across real ranks: every datatype x op x count x in/out-of-place, on threads and
-// forked processes, over shared memory and over TCP. Results are compared with a reference
-// computed here from every rank's inputs; inputs are chosen so that every partial result is
-// exactly representable, hence the comparison is exact (Avg: within one rounding).
+// forked processes, over shared memory and over TCP, with the ring and with the tree. Results are
+// compared with a reference computed here from every rank's inputs; inputs are chosen so that every
+// partial result is exactly representable, hence the comparison is exact (Avg: within one
+// rounding).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -84,16 +85,23 @@ const ncclDataType_t kAllTypes[] = {ncclInt8,    ncclUint8,    ncclInt32,      n
                                     ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
                                     ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
 
-using Config = std::tuple<RankMode, bool /*socket*/, int /*nranks*/>;
+// The algorithm is the CHORUS_ALGO value; empty leaves the library's default choice.
+using Config = std::tuple<RankMode, bool /*socket*/, int /*nranks*/, const char* /*algorithm*/>;
 
 class AllReduceMatrix : public ::testing::TestWithParam<Config> {};
 
+std::vector<std::string> configEnv(const Config& config) {
+  std::vector<std::string> env;
+  if (std::get<1>(config)) env.push_back("CHORUS_SHM_DISABLE=1");
+  if (std::get<3>(config)[0] != '\0')
+    env.push_back(std::string("CHORUS_ALGO=") + std::get<3>(config));
+  return env;
+}
+
 TEST_P(AllReduceMatrix, EveryTypeOpCountAndPlacement) {
   RankMode mode = std::get<0>(GetParam());
-  bool socket = std::get<1>(GetParam());
   int nranks = std::get<2>(GetParam());
-  std::vector<std::string> env;
-  if (socket) env.push_back("CHORUS_SHM_DISABLE=1");
+  std::vector<std::string> env = configEnv(GetParam());
   // Small FIFOs make multi-slot pipelining and chunk boundaries happen at modest counts.
   env.push_back("CHORUS_BUFFSIZE=65536");
   const size_t counts[] = {0, 1, 2, 7, 13, 1031, 20011};
@@ -106,13 +114,12 @@ TEST_P(AllReduceMatrix, EveryTypeOpCountAndPlacement) {
   });
 }
 
-// Large messages: many loops of the ring, every slot of the FIFO reused many times.
+// Large messages: many loops of the ring (many chunks in flight along the trees), every slot
+// of the FIFO reused many times.
 TEST_P(AllReduceMatrix, LargeFloatSum) {
   RankMode mode = std::get<0>(GetParam());
-  bool socket = std::get<1>(GetParam());
   int nranks = std::get<2>(GetParam());
-  std::vector<std::string> env;
-  if (socket) env.push_back("CHORUS_SHM_DISABLE=1");
+  std::vector<std::string> env = configEnv(GetParam());
   chorus_test::runRanks(nranks, mode, env, [&](int rank, int n, ncclComm_t comm) {
     const size_t count = (size_t(16) << 20) / 4 + 3;  // just over 16 MiB of floats
     checkCase(rank, n, comm, ncclFloat32, kSum, count, false);
@@ -123,16 +130,29 @@ TEST_P(AllReduceMatrix, LargeFloatSum) {
 std::string configName(const ::testing::TestParamInfo<Config>& info) {
   return std::string(chorus_test::modeName(std::get<0>(info.param))) +
          (std::get<1>(info.param) ? "_tcp_" : "_shm_") + std::to_string(std::get<2>(info.param)) +
-         "ranks";
+         "ranks" + (std::get<3>(info.param)[0] != '\0' ? "_" : "") + std::get<3>(info.param);
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, AllReduceMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kThreads),
-                                            ::testing::Bool(), ::testing::Values(1, 2, 3, 4, 8)),
+                                            ::testing::Bool(), ::testing::Values(1, 2, 3, 4, 8),
+                                            ::testing::Values("")),
                          configName);
 INSTANTIATE_TEST_SUITE_P(Processes, AllReduceMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kProcesses),
-                                            ::testing::Bool(), ::testing::Values(2, 3, 5)),
+                                            ::testing::Bool(), ::testing::Values(2, 3, 5),
+                                            ::testing::Values("")),
+                         configName);
+// The tree: depths 1 to 3, interior ranks with one and two children, both transports.
+INSTANTIATE_TEST_SUITE_P(ThreadsTree, AllReduceMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kThreads),
+                                            ::testing::Bool(), ::testing::Values(2, 3, 4, 8),
+                                            ::testing::Values("tree")),
+                         configName);
+INSTANTIATE_TEST_SUITE_P(ProcessesTree, AllReduceMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kProcesses),
+                                            ::testing::Bool(), ::testing::Values(3, 5),
+                                            ::testing::Values("tree")),
                          configName);
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -111,6 +112,30 @@ TEST(ApiErrors, InitRejectsBadRanksIdsAndConfigs) {
   EXPECT_EQ(ncclCommInitRankConfig(&comm, 1, id, 0, &config), ncclInvalidArgument);
   EXPECT_NE(lastError().find("NCCL_CONFIG_INITIALIZER"), std::string::npos) << lastError();
   EXPECT_EQ(ncclGetUniqueId(nullptr), ncclInvalidArgument);
+}
+
+TEST(ApiErrors, UnknownAlgorithmFailsInit) {
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  setenv("CHORUS_ALGO", "bogus", 1);
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRank(&comm, 1, id, 0);
+  std::string message = lastError();
+  unsetenv("CHORUS_ALGO");
+  EXPECT_EQ(r, ncclInvalidArgument);
+  EXPECT_NE(message.find("CHORUS_ALGO"), std::string::npos) << message;
+  EXPECT_NE(message.find("bogus"), std::string::npos) << message;
+  if (r == ncclSuccess) ncclCommDestroy(comm);
+  // Any case of a known name is accepted.
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  setenv("CHORUS_ALGO", "Tree", 1);
+  r = ncclCommInitRank(&comm, 1, id, 0);
+  unsetenv("CHORUS_ALGO");
+  ASSERT_EQ(r, ncclSuccess) << lastError();
+  float x = 2, y = 0;
+  EXPECT_EQ(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, nullptr), ncclSuccess);
+  EXPECT_EQ(y, 2);
+  EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
 }
 
 TEST(ApiErrors, ConfigInitializerIsAccepted) {
