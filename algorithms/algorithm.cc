@@ -6,18 +6,6 @@
 
 namespace chorus {
 
-const char* algorithmName(Algorithm algo) {
-  switch (algo) {
-    case Algorithm::kRing:
-      return "ring";
-    case Algorithm::kTree:
-      return "tree";
-    case Algorithm::kAuto:
-      return "auto";
-  }
-  return "?";
-}
-
 Result<Algorithm> algorithmOverride() {
   ParamValue v = paramRaw("ALGO");
   if (!v.isSet || v.value.empty()) return Algorithm::kAuto;

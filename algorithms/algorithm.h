@@ -7,8 +7,6 @@ namespace chorus {
 
 enum class Algorithm : int { kAuto = -1, kRing = 0, kTree = 1 };
 
-const char* algorithmName(Algorithm algo);
-
 // Parses CHORUS_ALGO/NCCL_ALGO (ring or tree, any case). Unset -> kAuto; a name Chorus does not
 // implement is an error naming the variable and the accepted values (never silently ignored).
 Result<Algorithm> algorithmOverride();

@@ -112,9 +112,6 @@ void logReinit() {
 void setLogRank(int rank) {
   tRank = rank;
 }
-int logRank() {
-  return tRank;
-}
 
 void logWrite(LogLevel level, uint32_t subsys, const char* file, int line, const char* fmt, ...) {
   (void)subsys;

@@ -37,7 +37,6 @@ void logWrite(LogLevel level, uint32_t subsys, const char* file, int line, const
 
 // The rank shown in log prefixes for the calling thread (-1: none).
 void setLogRank(int rank);
-int logRank();
 
 // Warnings show whatever the subsystem filter says; the filter selects INFO and TRACE lines.
 inline bool logEnabled(LogLevel level, uint32_t subsys) {
