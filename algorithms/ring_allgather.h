@@ -14,6 +14,8 @@ struct RingAllGatherShape {
   int nranks;
   int ringIndex;         // this rank's position in the ring
   const int* ringRanks;  // rank at each ring position (block c belongs to ringRanks[c])
+  size_t blockStride;    // elements from one rank's block to the next (count, unless this
+                         // channel moves only a slice of every block)
 };
 
 template <class Prims>
@@ -22,7 +24,7 @@ CHORUS_HOST_DEVICE bool ringAllGather(Prims& p, const RingAllGatherShape& s) {
   for (size_t base = 0; base < s.count; base += s.chunkElems) {
     size_t len = s.count - base < s.chunkElems ? s.count - base : s.chunkElems;
     auto outOff = [&](int position) -> size_t {
-      return static_cast<size_t>(s.ringRanks[position]) * s.count + base;
+      return static_cast<size_t>(s.ringRanks[position]) * s.blockStride + base;
     };
     if (!p.copySend(base, outOff(s.ringIndex), len)) return false;
     for (int j = 1; j < n - 1; ++j) {

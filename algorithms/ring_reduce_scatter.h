@@ -15,6 +15,8 @@ struct RingReduceScatterShape {
   int nranks;
   int ringIndex;         // this rank's position in the ring
   const int* ringRanks;  // rank at each ring position (block c belongs to ringRanks[c])
+  size_t blockStride;    // elements from one rank's block to the next (count, unless this
+                         // channel moves only a slice of every block)
 };
 
 template <class Prims>
@@ -23,7 +25,7 @@ CHORUS_HOST_DEVICE bool ringReduceScatter(Prims& p, const RingReduceScatterShape
   for (size_t base = 0; base < s.count; base += s.chunkElems) {
     size_t len = s.count - base < s.chunkElems ? s.count - base : s.chunkElems;
     auto inOff = [&](int position) -> size_t {
-      return static_cast<size_t>(s.ringRanks[position]) * s.count + base;
+      return static_cast<size_t>(s.ringRanks[position]) * s.blockStride + base;
     };
     if (!p.send(inOff((s.ringIndex + n - 1) % n), len)) return false;
     for (int j = 2; j < n; ++j) {

@@ -24,7 +24,7 @@ struct PeerInfo {
   int32_t pid;
   uint64_t hostId;
   int32_t shmDisabled;
-  int32_t pad;
+  int32_t cpus;              // CPU cores this process may run on
   uint64_t nonce;            // random; rank 0's names the communicator
   sockaddr_storage address;  // the interface the bootstrap chose (data listeners bind here)
 };

@@ -86,9 +86,18 @@ Status checkInPlaceOrDisjoint(const void* send, size_t sendBytes, const void* re
   return checkOverlap(send, sendBytes, recv, recvBytes, fn);
 }
 
-Status launch(ncclComm_t comm, const CommRef& impl, Communicator::HostCollective collective,
-              const CollArgs& args) {
-  return runOrQueue(comm, [impl, collective, args]() { return impl->run(collective, args); });
+// Runs the collective now, or adds it to the open group's launch for this communicator.
+Status launch(ncclComm_t comm, const CommRef& impl, Collective collective, const CollArgs& args) {
+  HostWork work;
+  work.coll = collective;
+  work.args = args;
+  if (groupActive()) {
+    groupEnqueueColl(comm, work, [impl](std::vector<HostWork>& works) { return impl->run(works); });
+    return Status::ok();
+  }
+  thread_local std::vector<HostWork> works;  // reused: no allocation per call
+  works.assign(1, work);
+  return impl->run(works);
 }
 
 }  // namespace
@@ -110,7 +119,7 @@ extern "C" ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, siz
     a.sendbuff = sendbuff;
     a.recvbuff = recvbuff;
     a.count = count;
-    return launch(comm, c.value(), hostAllReduce, a);
+    return launch(comm, c.value(), Collective::kAllReduce, a);
   });
 }
 NCCL_ALIAS(ncclAllReduce)
@@ -134,7 +143,7 @@ extern "C" ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, siz
     a.sendbuff = sendbuff;
     a.recvbuff = recvbuff;
     a.count = sendcount;
-    return launch(comm, c.value(), hostAllGather, a);
+    return launch(comm, c.value(), Collective::kAllGather, a);
   });
 }
 NCCL_ALIAS(ncclAllGather)
@@ -159,7 +168,7 @@ extern "C" ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff,
     a.sendbuff = sendbuff;
     a.recvbuff = recvbuff;
     a.count = recvcount;
-    return launch(comm, c.value(), hostReduceScatter, a);
+    return launch(comm, c.value(), Collective::kReduceScatter, a);
   });
 }
 NCCL_ALIAS(ncclReduceScatter)
@@ -182,7 +191,7 @@ extern "C" ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, siz
     a.sendbuff = sendbuff;
     a.recvbuff = recvbuff;
     a.count = count;
-    return launch(comm, c.value(), hostBroadcast, a);
+    return launch(comm, c.value(), Collective::kBroadcast, a);
   });
 }
 NCCL_ALIAS(ncclBroadcast)
@@ -212,7 +221,7 @@ extern "C" ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t
     a.sendbuff = sendbuff;
     a.recvbuff = isRoot ? recvbuff : nullptr;
     a.count = count;
-    return launch(comm, c.value(), hostReduce, a);
+    return launch(comm, c.value(), Collective::kReduce, a);
   });
 }
 NCCL_ALIAS(ncclReduce)

@@ -58,7 +58,17 @@ const std::vector<ParamDef> kParams = {
     {"STEPS", ParamType::kInt, "8", "Slots per connector FIFO", false},
     {"SPIN_COUNT", ParamType::kInt, "2000",
      "Polls of a FIFO counter before a waiting thread sleeps in the kernel until woken", false},
-    {"ALGO", ParamType::kString, "", "All-reduce algorithm: ring (default) or tree", true},
+    // Algorithm selection (the cost model picks when these are unset)
+    {"ALGO", ParamType::kString, "",
+     "Algorithms the selector may use: comma list of ring, tree, oneshot, twoshot, direct "
+     "(both direct ones); ^ in front excludes them",
+     true},
+    {"MIN_CHANNELS", ParamType::kInt, "1",
+     "Fewest parallel rings (channels, each driven by its own thread) a ring collective uses",
+     true},
+    {"MAX_CHANNELS", ParamType::kInt, "16", "Most parallel rings a ring collective may use", true},
+    {"DIRECT_BUFFSIZE", ParamType::kInt, "262144",
+     "Staging bytes per rank of the direct (oneshot/twoshot) all-reduce, per chunk", false},
 };
 
 std::mutex gWarnMutex;

@@ -39,7 +39,7 @@ Code Waiter::pause(const std::atomic<uint64_t>& counter, uint64_t seen,
     sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (counter.load(std::memory_order_seq_cst) == seen && !aborted()) {
       int64_t slice = kSleepSliceNs;
-      if (deadline_ != Clock::time_point::max()) {
+      if (deadline() != Clock::time_point::max()) {
         auto left =
             std::chrono::duration_cast<std::chrono::nanoseconds>(deadline_ - Clock::now()).count();
         if (left < slice) slice = left > 0 ? left : 0;
@@ -49,7 +49,7 @@ Code Waiter::pause(const std::atomic<uint64_t>& counter, uint64_t seen,
     sleepers.fetch_sub(1, std::memory_order_relaxed);
   }
   if (aborted()) return Code::kInvalidUsage;
-  if (Clock::now() > deadline_) return Code::kRemoteError;
+  if (deadline() != Clock::time_point::max() && Clock::now() > deadline_) return Code::kRemoteError;
   return Code::kInProgress;
 }
 
@@ -63,12 +63,12 @@ Code Waiter::pauseAny() {
     nanosleep(&ts, nullptr);
   }
   if (aborted()) return Code::kInvalidUsage;
-  if (Clock::now() > deadline_) return Code::kRemoteError;
+  if (deadline() != Clock::time_point::max() && Clock::now() > deadline_) return Code::kRemoteError;
   return Code::kInProgress;
 }
 
 int Waiter::remainingMs(int capMs) const {
-  if (deadline_ == Clock::time_point::max()) return capMs;
+  if (deadline() == Clock::time_point::max()) return capMs;
   auto left =
       std::chrono::duration_cast<std::chrono::milliseconds>(deadline_ - Clock::now()).count();
   if (left <= 0) return 0;

@@ -24,13 +24,7 @@ class Waiter {
  public:
   // timeoutSeconds <= 0 means no deadline; abort may be null.
   Waiter(double timeoutSeconds, const AbortFlag* abort, int64_t spinCount = 2000)
-      : abort_(abort), spinCount_(spinCount) {
-    if (timeoutSeconds > 0)
-      deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                     std::chrono::duration<double>(timeoutSeconds));
-    else
-      deadline_ = Clock::time_point::max();
-  }
+      : abort_(abort), spinCount_(spinCount), timeoutSeconds_(timeoutSeconds) {}
 
   // Call once per failed poll. Spins for spinCount polls, then blocks in the kernel until
   // `counter` no longer holds `seen` (or a short slice passed, to look at the deadline and the
@@ -44,7 +38,18 @@ class Waiter {
   Code pauseAny();
 
   bool aborted() const { return abort_ != nullptr && abort_->isRaised(); }
-  Clock::time_point deadline() const { return deadline_; }
+  // The deadline starts at the first look at it (the first pause, usually), so a wait that is
+  // satisfied at once never reads the clock.
+  Clock::time_point deadline() const {
+    if (!deadlineSet_) {
+      deadline_ = timeoutSeconds_ > 0
+                      ? Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(timeoutSeconds_))
+                      : Clock::time_point::max();
+      deadlineSet_ = true;
+    }
+    return deadline_;
+  }
   // Milliseconds left before the deadline (for poll()), capped at capMs; 0 when passed.
   int remainingMs(int capMs) const;
 
@@ -52,7 +57,9 @@ class Waiter {
   const AbortFlag* abort_;
   int64_t spinCount_;
   int64_t polls_ = 0;
-  Clock::time_point deadline_;
+  double timeoutSeconds_;
+  mutable bool deadlineSet_ = false;
+  mutable Clock::time_point deadline_;
 };
 
 // Blocks while the low 32 bits of counter equal those of seen, at most timeoutNs. Works across

@@ -1,5 +1,6 @@
 #include "core/comm.h"
 
+#include <sched.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include "common/log.h"
 #include "common/param.h"
 #include "topo/host_id.h"
+#include "transport/shm/direct_region.h"
 
 namespace chorus {
 
@@ -41,6 +43,21 @@ uint64_t randomNonce() {
   return v;
 }
 
+int usableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+// "4 KiB" style label of the power-of-two size class that bytes falls in.
+std::string sizeClassLabel(int log2Bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = std::min(log2Bytes / 10, 4);
+  return formatString("%llu %s", 1ull << (log2Bytes - 10 * unit), units[unit]);
+}
+
 std::string hex64(uint64_t v) {
   char buf[17];
   snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(v));
@@ -53,8 +70,11 @@ Communicator::Communicator(int rank, int nranks, const CommOptions& options)
     : rank_(rank), nranks_(nranks), options_(options) {}
 
 Communicator::~Communicator() {
-  // The proxies first deliver what was posted (peers may still be receiving the end of the
-  // last collective), then stop before the members they report errors to go away.
+  // Idle channel workers go first. The proxies then deliver what was posted (peers may still
+  // be receiving the end of the last collective), and stop before the members they report
+  // errors to go away.
+  workers_.reset();
+  direct_.reset();
   socket_.reset();
   shm_.reset();
 }
@@ -69,9 +89,17 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdInfo& i
 
 Status Communicator::init(const UniqueIdInfo& id) {
   // A bad override fails before this rank waits for anyone.
-  Result<Algorithm> algo = algorithmOverride();
-  if (!algo.isOk()) return algo.status().withContext(formatString("rank %d init", rank_));
-  algorithm_ = algo.value();
+  Result<AlgorithmMask> mask = algorithmOverride();
+  if (!mask.isOk()) return mask.status().withContext(formatString("rank %d init", rank_));
+  tuning_.allowed = mask.value();
+  Status bounds = channelBounds(&tuning_.minChannels, &tuning_.maxChannels);
+  if (!bounds.isOk()) return bounds.withContext(formatString("rank %d init", rank_));
+  int64_t directBytes = paramInt("DIRECT_BUFFSIZE");
+  if (directBytes < 4096 || directBytes > (int64_t(1) << 30))
+    return invalidArgument("rank %d init: %s=%lld is outside [4096, 1 GiB]", rank_,
+                           paramRaw("DIRECT_BUFFSIZE").source.c_str(),
+                           static_cast<long long>(directBytes));
+  tuning_.directChunkBytes = static_cast<size_t>(directBytes);
   timeoutSeconds_ = static_cast<double>(paramInt("TIMEOUT"));
   spinCount_ = paramInt("SPIN_COUNT");
   BootstrapOptions bo;
@@ -89,6 +117,7 @@ Status Communicator::init(const UniqueIdInfo& id) {
   me.pid = getpid();
   me.hostId = localHostId();
   me.shmDisabled = paramInt("SHM_DISABLE") != 0 ? 1 : 0;
+  me.cpus = usableCpus();
   me.nonce = randomNonce();
   me.address = bootstrap_->localAddress();
   CHORUS_TRY(bootstrap_->allGather(peers_.data(), sizeof(PeerInfo)));
@@ -111,14 +140,41 @@ Status Communicator::init(const UniqueIdInfo& id) {
   transportCtx_.errors = this;
   transportCtx_.timeoutSeconds = timeoutSeconds_;
 
-  if (nranks_ > 1) CHORUS_TRY(connectRing());
-  // Auto still means the ring, so only an explicit tree choice pays for the tree links.
-  const bool treeAllReduce = algorithm_ == Algorithm::kTree && nranks_ > 1;
-  if (treeAllReduce) CHORUS_TRY(connectTrees());
+  // What the selector knows: hosts, ranks per host, cores per rank, shared memory.
+  tuning_.nranks = nranks_;
+  std::vector<uint64_t> hosts;
+  bool anyShmDisabled = false;
+  for (const PeerInfo& p : peers_) {
+    anyShmDisabled = anyShmDisabled || p.shmDisabled != 0;
+    if (std::find(hosts.begin(), hosts.end(), p.hostId) == hosts.end()) hosts.push_back(p.hostId);
+  }
+  tuning_.nnodes = static_cast<int>(hosts.size());
+  tuning_.coresPerRank = 1e9;
+  for (uint64_t h : hosts) {
+    int local = 0, cpus = 1 << 30;
+    for (const PeerInfo& p : peers_)
+      if (p.hostId == h) {
+        ++local;
+        cpus = std::min(cpus, std::max(1, static_cast<int>(p.cpus)));
+      }
+    tuning_.localRanks = std::max(tuning_.localRanks, local);
+    tuning_.coresPerRank = std::min(tuning_.coresPerRank, static_cast<double>(cpus) / local);
+  }
+  tuning_.shm = !anyShmDisabled;
+  tuning_.directPossible = tuning_.nnodes == 1 && !anyShmDisabled && nranks_ > 1;
+  // One ring channel and the direct region (small: it serves the latency-bound calls, which
+  // should not pay for setup) now; more channels and the trees when first chosen.
+  if (nranks_ > 1) CHORUS_TRY(connectRing(1));
+  if (tuning_.directPossible &&
+      (tuning_.allowed.allows(Algorithm::kOneShot) || tuning_.allowed.allows(Algorithm::kTwoShot)))
+    CHORUS_TRY(ensureDirect());
   if (rank_ == 0)
-    LOG_INFO(kSubsysTuning, "all-reduce uses the %s algorithm (%s)",
-             treeAllReduce ? "tree" : "ring",
-             algorithm_ == Algorithm::kAuto ? "default" : paramRaw("ALGO").source.c_str());
+    LOG_INFO(kSubsysTuning,
+             "%d ranks on %d host(s), at most %d per host, %.2f cores per rank; channels %d..%d; "
+             "algorithms %s",
+             nranks_, tuning_.nnodes, tuning_.localRanks, tuning_.coresPerRank, tuning_.minChannels,
+             tuning_.maxChannels,
+             tuning_.allowed.isSet ? tuning_.allowed.text.c_str() : "chosen by the cost model");
 
   exec_.rank = rank_;
   exec_.nranks = nranks_;
@@ -127,6 +183,8 @@ Status Communicator::init(const UniqueIdInfo& id) {
   exec_.ringIndex = rank_;
   exec_.ringRanks = ringRanks_.data();
   exec_.channels = &channels_;
+  workers_.reset(new ChannelWorkers(spinCount_));
+  exec_.workers = workers_.get();
   exec_.abort = &abort_;
   exec_.timeoutSeconds = timeoutSeconds_;
   exec_.spinCount = spinCount_;
@@ -144,11 +202,13 @@ Transport* Communicator::transportFor(const PeerInfo& peer) {
   return socket_.get();
 }
 
-Status Communicator::connectRing() {
+Status Communicator::connectRing(int n) {
   int next = (rank_ + 1) % nranks_;
   int prev = (rank_ + nranks_ - 1) % nranks_;
-  channels_.resize(1);
-  for (int c = 0; c < static_cast<int>(channels_.size()); ++c) {
+  int first = static_cast<int>(channels_.size());
+  if (n <= first) return Status::ok();
+  channels_.resize(n);
+  for (int c = first; c < n; ++c) {
     HostChannel& ch = channels_[c];
     ch.nextRank = next;
     ch.prevRank = prev;
@@ -174,6 +234,8 @@ Status Communicator::connectRing() {
 }
 
 Status Communicator::connectTrees() {
+  if (treesConnected_) return Status::ok();
+  treesConnected_ = true;
   trees_.fifoSlots = static_cast<int>(transportCtx_.geometry.nslots);
   for (int t = 0; t < kNumTrees; ++t) {
     HostTree& tree = trees_.trees[t];
@@ -279,11 +341,78 @@ Status Communicator::destroyOp(int op) {
   return Status::ok();
 }
 
-Status Communicator::run(HostCollective collective, const CollArgs& args) {
+Decision Communicator::decide(Collective coll, size_t bytes) const {
+  return selectAlgorithm(tuning_, coll, bytes);
+}
+
+void Communicator::logDecision(Collective coll, size_t bytes, const Decision& d) {
+  int sizeClass = 0;
+  while (sizeClass < 63 && (uint64_t(2) << sizeClass) <= bytes) ++sizeClass;
+  uint64_t& logged = loggedClasses_[static_cast<int>(coll)];
+  if (logged & (uint64_t(1) << sizeClass)) return;
+  logged |= uint64_t(1) << sizeClass;
+  if (rank_ != 0 || !logEnabled(LogLevel::kInfo, kSubsysTuning)) return;
+  std::string choice =
+      d.algo == Algorithm::kRing
+          ? formatString("ring with %d channel%s", d.nchannels, d.nchannels == 1 ? "" : "s")
+          : std::string(algorithmName(d.algo));
+  LOG_INFO(
+      kSubsysTuning, "%s %s class (%zu B): %s, predicted %.1f us%s; alternatives: %s",
+      collectiveName(coll), sizeClassLabel(sizeClass).c_str(), bytes, choice.c_str(), d.us,
+      d.overrideIgnored
+          ? formatString(" (%s names nothing that applies)", tuning_.allowed.text.c_str()).c_str()
+          : "",
+      describeAlternatives(d).c_str());
+}
+
+Status Communicator::ensureDirect() {
+  if (direct_ && !direct_->broken()) return Status::ok();
+  if (direct_)
+    return internalError("rank %d: the direct region is unusable after a failure", rank_);
+  Result<std::unique_ptr<DirectRegion>> region =
+      DirectRegion::create(transportCtx_, tuning_.directChunkBytes);
+  if (!region.isOk()) return region.status();
+  direct_ = region.take();
+  return Status::ok();
+}
+
+Status Communicator::run(std::vector<HostWork>& works) {
   CHORUS_TRY(checkUsable());
-  Status s = collective == hostAllReduce && algorithm_ == Algorithm::kTree && nranks_ > 1
-                 ? hostAllReduceTree(exec_, args, trees_)
-                 : collective(exec_, args);
+  int channels = 1;
+  bool tree = false, direct = false;
+  for (HostWork& w : works) {
+    const size_t elt = dataTypeSize(w.args.type);
+    size_t bytes = w.args.count * elt;
+    if (w.coll == Collective::kAllGather || w.coll == Collective::kReduceScatter)
+      bytes *= static_cast<size_t>(nranks_);
+    // Calls repeat sizes: the last decision per collective is kept.
+    CachedDecision& cached = lastDecision_[static_cast<int>(w.coll)];
+    if (!cached.valid || cached.bytes != bytes) {
+      cached.decision = decide(w.coll, bytes);
+      cached.bytes = bytes;
+      cached.valid = true;
+      if (w.args.count > 0) logDecision(w.coll, bytes, cached.decision);
+    }
+    const Decision& d = cached.decision;
+    w.algo = d.algo;
+    w.args.nchannels = d.algo == Algorithm::kRing ? d.nchannels : 1;
+    channels = std::max(channels, w.args.nchannels);
+    tree = tree || (d.algo == Algorithm::kTree && w.args.count > 0);
+    direct = direct ||
+             ((d.algo == Algorithm::kOneShot || d.algo == Algorithm::kTwoShot) && w.args.count > 0);
+  }
+  if (nranks_ > 1) {
+    // Every rank reaches the same decisions, so all connect the same links here together.
+    Status s = connectRing(channels);
+    if (s.isOk() && tree) s = connectTrees();
+    if (s.isOk() && direct) s = ensureDirect();
+    if (!s.isOk())
+      return explain(s.withContext(formatString("rank %d: connecting for a collective", rank_)));
+  }
+  LaunchResources resources;
+  resources.trees = treesConnected_ ? &trees_ : nullptr;
+  resources.direct = direct_.get();
+  Status s = hostLaunch(exec_, works, resources);
   if (!s.isOk()) return explain(s);
   return s;
 }

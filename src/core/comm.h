@@ -10,11 +10,14 @@
 #include <vector>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/selector.h"
 #include "bootstrap/bootstrap.h"
 #include "common/status.h"
 #include "common/wait.h"
 #include "exec/host_executor.h"
+#include "exec/host_launch.h"
 #include "exec/host_tree.h"
+#include "exec/workers.h"
 #include "exec/reduce.h"
 #include "transport/transport.h"
 
@@ -55,9 +58,12 @@ class Communicator final : public ErrorSink {
   Result<int> createPreMulSum(const void* scalar, DataType type, bool scalarIsImmediate);
   Status destroyOp(int op);
 
-  // Runs one collective on host buffers with the given executor entry point (hostAllReduce...).
-  using HostCollective = Status (*)(const ExecContext&, const CollArgs&);
-  Status run(HostCollective collective, const CollArgs& args);
+  // Runs collectives on host buffers as one launch, in order; the selector fills in each work's
+  // algorithm and channel count, and links they need are connected on first use.
+  Status run(std::vector<HostWork>& works);
+  // What the selector picks for one call of coll moving `bytes` (the nccl-tests size).
+  Decision decide(Collective coll, size_t bytes) const;
+  const TuningInfo& tuningInfo() const { return tuning_; }
   // Runs a group's point-to-point ops, connecting to new peers first.
   Status p2p(const std::vector<P2pOp>& ops);
 
@@ -74,7 +80,10 @@ class Communicator final : public ErrorSink {
  private:
   Communicator(int rank, int nranks, const CommOptions& options);
   Status init(const UniqueIdInfo& id);
-  Status connectRing();
+  // Ring channels [channels_.size(), n): every rank calls this at the same point.
+  Status connectRing(int n);
+  Status ensureDirect();
+  void logDecision(Collective coll, size_t bytes, const Decision& d);
   // Links to the parent and children of both trees, both directions (tree all-reduce).
   Status connectTrees();
   Status connectP2p(const std::vector<P2pOp>& ops);
@@ -97,9 +106,19 @@ class Communicator final : public ErrorSink {
   std::unique_ptr<Transport> socket_;
   std::vector<HostChannel> channels_;
   std::vector<int> ringRanks_;
-  Algorithm algorithm_ = Algorithm::kAuto;  // CHORUS_ALGO/NCCL_ALGO
-  TreeLinks trees_;                         // connected when all-reduce uses the tree
-  std::vector<P2pConnection> p2pConns_;     // by peer; connectors built on first use
+  TuningInfo tuning_;  // what the selector knows, including CHORUS_ALGO and channel bounds
+  uint64_t loggedClasses_[static_cast<int>(Collective::kCount)] = {};  // TUNING lines printed
+  struct CachedDecision {
+    bool valid = false;
+    size_t bytes = 0;
+    Decision decision;
+  };
+  CachedDecision lastDecision_[static_cast<int>(Collective::kCount)];
+  std::unique_ptr<ChannelWorkers> workers_;
+  TreeLinks trees_;  // connected when the selector first picks the tree
+  bool treesConnected_ = false;
+  std::unique_ptr<DirectRegion> direct_;  // made when a direct algorithm is first picked
+  std::vector<P2pConnection> p2pConns_;   // by peer; connectors built on first use
   ExecContext exec_;
 
   std::vector<UserRedOp> userOps_;

@@ -11,6 +11,8 @@ namespace {
 struct Queue {
   const void* key;
   std::vector<std::function<Status()>> tasks;
+  std::vector<HostWork> works;
+  CollRunner collRunner;
   std::vector<P2pOp> p2pOps;
   P2pRunner p2pRunner;
 };
@@ -27,6 +29,7 @@ Status runQueue(Queue& q) {
     Status s = task();
     if (!s.isOk()) return s;
   }
+  if (!q.works.empty()) CHORUS_TRY(q.collRunner(q.works));
   if (!q.p2pOps.empty()) return q.p2pRunner(q.p2pOps);
   return Status::ok();
 }
@@ -34,7 +37,7 @@ Status runQueue(Queue& q) {
 Queue& queueFor(const void* key) {
   for (Queue& q : tGroup.queues)
     if (q.key == key) return q;
-  tGroup.queues.push_back(Queue{key, {}, {}, {}});
+  tGroup.queues.push_back(Queue{key, {}, {}, {}, {}, {}});
   return tGroup.queues.back();
 }
 
@@ -50,6 +53,12 @@ void groupStart() {
 
 void groupEnqueue(const void* key, std::function<Status()> task) {
   queueFor(key).tasks.push_back(std::move(task));
+}
+
+void groupEnqueueColl(const void* key, const HostWork& work, const CollRunner& runner) {
+  Queue& q = queueFor(key);
+  q.works.push_back(work);
+  if (!q.collRunner) q.collRunner = runner;
 }
 
 void groupEnqueueP2p(const void* key, const P2pOp& op, const P2pRunner& runner) {

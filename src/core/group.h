@@ -1,7 +1,7 @@
 // Group calls (ncclGroupStart/End): per calling thread, collectives and inits are queued and run
-// at the outermost ncclGroupEnd. Work for one communicator runs in order on one thread; work
-// for several communicators runs concurrently, one thread each, since their ranks wait on
-// each other.
+// at the outermost ncclGroupEnd; a communicator's collectives run as one launch. Work for one
+// communicator runs in order on one thread; work for several communicators runs concurrently, one
+// thread each, since their ranks wait on each other.
 #pragma once
 
 #include <functional>
@@ -9,6 +9,7 @@
 
 #include "common/status.h"
 #include "exec/host_executor.h"
+#include "exec/host_launch.h"
 
 namespace chorus {
 
@@ -16,6 +17,10 @@ bool groupActive();
 void groupStart();
 // Key identifies the communicator whose ordered queue the task joins.
 void groupEnqueue(const void* key, std::function<Status()> task);
+// Collectives of one communicator gather into one launch, run by runner in call order after
+// the communicator's other queued tasks (its init) and before its point-to-point ops.
+using CollRunner = std::function<Status(std::vector<HostWork>&)>;
+void groupEnqueueColl(const void* key, const HostWork& work, const CollRunner& runner);
 // Point-to-point ops of one communicator gather into one batch, run by runner after the
 // communicator's other queued tasks, so that all its sends and receives progress together.
 using P2pRunner = std::function<Status(const std::vector<P2pOp>&)>;

@@ -7,6 +7,7 @@
 #include "algorithms/ring_broadcast.h"
 #include "algorithms/ring_reduce.h"
 #include "algorithms/ring_reduce_scatter.h"
+#include "algorithms/selector.h"
 
 namespace chorus {
 
@@ -137,17 +138,44 @@ void localCopy(const CollArgs& args, bool reduce) {
   reduceCopy(a);
 }
 
-// Runs a ring algorithm on channel 0 with host primitives over the user's buffers.
+template <class Shape>
+void setBlockStride(Shape*, size_t) {}
+void setBlockStride(RingAllGatherShape* s, size_t stride) {
+  s->blockStride = stride;
+}
+void setBlockStride(RingReduceScatterShape* s, size_t stride) {
+  s->blockStride = stride;
+}
+
+// The elements [begin, end) of count that channel c of nchannels moves: equal contiguous
+// slices, each starting on a 64-byte multiple of elements so the kernels stay aligned.
+void channelSlice(size_t count, size_t eltSize, int c, int nchannels, size_t* begin, size_t* end) {
+  size_t align = eltSize >= 64 ? 1 : 64 / eltSize;
+  size_t per = (count + nchannels - 1) / nchannels;
+  per = (per + align - 1) / align * align;
+  size_t b = per * static_cast<size_t>(c);
+  *begin = b < count ? b : count;
+  *end = b + per < count ? b + per : count;
+}
+
+// Runs channel c's share of a ring algorithm with host primitives over the user's buffers.
+// With args.nchannels channels, each moves the same slice of every rank block (blocked: the
+// all-gather output and reduce-scatter input, whose blocks are `count` apart) or of the buffer.
 template <class Shape, class Algo>
-Status runRing(const ExecContext& ctx, const CollArgs& args, const char* opName, Shape shape,
-               Algo algo) {
-  HostChannel& ch = (*ctx.channels)[0];
-  HostRingPrims prims(ctx, ch, static_cast<const char*>(args.sendbuff),
-                      static_cast<char*>(args.recvbuff), args.type, args.op, opName);
-  shape.count = args.count;
-  shape.chunkElems = ch.send.slotBytes() / dataTypeSize(args.type);
+Status runRingChannel(const ExecContext& ctx, const CollArgs& args, int c, const char* opName,
+                      Shape shape, bool blocked, Algo algo) {
+  const size_t elt = dataTypeSize(args.type);
+  size_t begin = 0, end = args.count;
+  if (args.nchannels > 1) channelSlice(args.count, elt, c, args.nchannels, &begin, &end);
+  if (begin == end) return Status::ok();
+  HostChannel& ch = (*ctx.channels)[c];
+  HostRingPrims prims(ctx, ch, static_cast<const char*>(args.sendbuff) + begin * elt,
+                      static_cast<char*>(args.recvbuff) + begin * elt, args.type, args.op, opName);
+  shape.count = end - begin;
+  shape.chunkElems = ch.send.slotBytes() / elt;
   shape.nranks = ctx.nranks;
   shape.ringIndex = ctx.ringIndex;
+  if (blocked) setBlockStride(&shape, args.count);
   if (!algo(prims, shape)) return prims.status();
   return Status::ok();
 }
@@ -160,68 +188,54 @@ int ringPosition(const ExecContext& ctx, int rank) {
 
 }  // namespace
 
-Status hostAllReduce(const ExecContext& ctx, const CollArgs& args) {
-  if (args.count == 0) return Status::ok();
-  if (ctx.nranks == 1) {
-    localCopy(args, true);
-    return Status::ok();
-  }
-  return runRing(ctx, args, "ncclAllReduce", RingAllReduceShape{},
-                 [](HostRingPrims& p, const RingAllReduceShape& s) { return ringAllReduce(p, s); });
+void hostLocal(Collective coll, const CollArgs& args) {
+  localCopy(args, coll == Collective::kAllReduce || coll == Collective::kReduceScatter ||
+                      coll == Collective::kReduce);
 }
 
-Status hostAllGather(const ExecContext& ctx, const CollArgs& args) {
+Status hostRingChannel(const ExecContext& ctx, Collective coll, const CollArgs& args, int channel) {
   if (args.count == 0) return Status::ok();
-  if (ctx.nranks == 1) {
-    localCopy(args, false);
-    return Status::ok();
-  }
-  RingAllGatherShape shape{};
-  shape.ringRanks = ctx.ringRanks;
   CollArgs copy = args;
-  copy.op = RedOp();  // blocks are copied, never scaled
-  return runRing(ctx, copy, "ncclAllGather", shape,
-                 [](HostRingPrims& p, const RingAllGatherShape& s) { return ringAllGather(p, s); });
-}
-
-Status hostReduceScatter(const ExecContext& ctx, const CollArgs& args) {
-  if (args.count == 0) return Status::ok();
-  if (ctx.nranks == 1) {
-    localCopy(args, true);
-    return Status::ok();
+  switch (coll) {
+    case Collective::kAllReduce:
+      return runRingChannel(
+          ctx, args, channel, "ncclAllReduce", RingAllReduceShape{}, false,
+          [](HostRingPrims& p, const RingAllReduceShape& s) { return ringAllReduce(p, s); });
+    case Collective::kAllGather: {
+      RingAllGatherShape shape{};
+      shape.ringRanks = ctx.ringRanks;
+      copy.op = RedOp();  // blocks are copied, never scaled
+      return runRingChannel(
+          ctx, copy, channel, "ncclAllGather", shape, true,
+          [](HostRingPrims& p, const RingAllGatherShape& s) { return ringAllGather(p, s); });
+    }
+    case Collective::kReduceScatter: {
+      RingReduceScatterShape shape{};
+      shape.ringRanks = ctx.ringRanks;
+      return runRingChannel(ctx, args, channel, "ncclReduceScatter", shape, true,
+                            [](HostRingPrims& p, const RingReduceScatterShape& s) {
+                              return ringReduceScatter(p, s);
+                            });
+    }
+    case Collective::kBroadcast: {
+      RingBroadcastShape shape{};
+      shape.rootIndex = ringPosition(ctx, args.root);
+      shape.rootInPlace = args.sendbuff == args.recvbuff;
+      copy.op = RedOp();
+      return runRingChannel(
+          ctx, copy, channel, "ncclBroadcast", shape, false,
+          [](HostRingPrims& p, const RingBroadcastShape& s) { return ringBroadcast(p, s); });
+    }
+    case Collective::kReduce: {
+      RingReduceShape shape{};
+      shape.rootIndex = ringPosition(ctx, args.root);
+      return runRingChannel(
+          ctx, args, channel, "ncclReduce", shape, false,
+          [](HostRingPrims& p, const RingReduceShape& s) { return ringReduce(p, s); });
+    }
+    default:
+      return internalError("collective %d has no ring algorithm", static_cast<int>(coll));
   }
-  RingReduceScatterShape shape{};
-  shape.ringRanks = ctx.ringRanks;
-  return runRing(
-      ctx, args, "ncclReduceScatter", shape,
-      [](HostRingPrims& p, const RingReduceScatterShape& s) { return ringReduceScatter(p, s); });
-}
-
-Status hostBroadcast(const ExecContext& ctx, const CollArgs& args) {
-  if (args.count == 0) return Status::ok();
-  if (ctx.nranks == 1) {
-    localCopy(args, false);
-    return Status::ok();
-  }
-  RingBroadcastShape shape{};
-  shape.rootIndex = ringPosition(ctx, args.root);
-  shape.rootInPlace = args.sendbuff == args.recvbuff;
-  CollArgs copy = args;
-  copy.op = RedOp();
-  return runRing(ctx, copy, "ncclBroadcast", shape,
-                 [](HostRingPrims& p, const RingBroadcastShape& s) { return ringBroadcast(p, s); });
-}
-
-Status hostReduce(const ExecContext& ctx, const CollArgs& args) {
-  if (args.count == 0) return Status::ok();
-  if (ctx.nranks == 1) {
-    localCopy(args, true);
-    return Status::ok();
-  }
-  RingReduceShape shape{};
-  shape.rootIndex = ringPosition(ctx, args.root);
-  return runRing(ctx, args, "ncclReduce", shape,
-                 [](HostRingPrims& p, const RingReduceShape& s) { return ringReduce(p, s); });
 }
 
 }  // namespace chorus

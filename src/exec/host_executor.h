@@ -5,9 +5,11 @@
 #include <cstddef>
 #include <vector>
 
+#include "algorithms/algorithm.h"
 #include "common/status.h"
 #include "common/wait.h"
 #include "exec/reduce.h"
+#include "exec/workers.h"
 #include "transport/connector.h"
 
 namespace chorus {
@@ -25,9 +27,10 @@ struct HostChannel {
 struct ExecContext {
   int rank = 0;
   int nranks = 1;
-  int ringIndex = 0;               // position of this rank in the ring
-  const int* ringRanks = nullptr;  // rank at each ring position
-  std::vector<HostChannel>* channels = nullptr;
+  int ringIndex = 0;                             // position of this rank in the ring
+  const int* ringRanks = nullptr;                // rank at each ring position
+  std::vector<HostChannel>* channels = nullptr;  // ring channels, all with the same ring
+  ChannelWorkers* workers = nullptr;             // drive channels 1.. of a call
   const AbortFlag* abort = nullptr;
   double timeoutSeconds = 0;
   int64_t spinCount = 2000;
@@ -42,7 +45,8 @@ struct CollArgs {
   size_t count = 0;
   DataType type = DataType::kFloat32;
   RedOp op;
-  int root = 0;  // broadcast and reduce
+  int root = 0;       // broadcast and reduce
+  int nchannels = 1;  // ring channels to split the call across (at most channels->size())
 };
 
 // One point-to-point transfer of a group: a send to or a receive from peer. All transfers of a
@@ -67,10 +71,11 @@ struct P2pConnection {
 Status hostP2p(const ExecContext& ctx, const std::vector<P2pOp>& ops,
                std::vector<P2pConnection>& conns);
 
-Status hostAllReduce(const ExecContext& ctx, const CollArgs& args);
-Status hostAllGather(const ExecContext& ctx, const CollArgs& args);
-Status hostReduceScatter(const ExecContext& ctx, const CollArgs& args);
-Status hostBroadcast(const ExecContext& ctx, const CollArgs& args);
-Status hostReduce(const ExecContext& ctx, const CollArgs& args);
+// The one-rank case of every collective: out = finalize(op(in)), or a copy.
+void hostLocal(Collective coll, const CollArgs& args);
+
+// Runs channel `channel` (< args.nchannels) of a ring collective: that channel's slice of the
+// buffers over (*ctx.channels)[channel]. nranks > 1.
+Status hostRingChannel(const ExecContext& ctx, Collective coll, const CollArgs& args, int channel);
 
 }  // namespace chorus

@@ -179,7 +179,10 @@ class HostTreePrims {
 
 Status hostAllReduceTree(const ExecContext& ctx, const CollArgs& args, TreeLinks& links) {
   if (args.count == 0) return Status::ok();
-  if (ctx.nranks == 1) return hostAllReduce(ctx, args);
+  if (ctx.nranks == 1) {
+    hostLocal(Collective::kAllReduce, args);
+    return Status::ok();
+  }
   HostTreePrims prims(ctx, links, static_cast<const char*>(args.sendbuff),
                       static_cast<char*>(args.recvbuff), args.type, args.op);
   TreeAllReduceShape shape{};

@@ -85,16 +85,25 @@ const ncclDataType_t kAllTypes[] = {ncclInt8,    ncclUint8,    ncclInt32,      n
                                     ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
                                     ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
 
-// The algorithm is the CHORUS_ALGO value; empty leaves the library's default choice.
+// The algorithm configuration: "" leaves the choice to the selector; "ring", "tree", "oneshot"
+// and "twoshot" force one algorithm (the direct ones with small staging buffers so that calls
+// span many chunks); "channels" forces rings split across three channels.
 using Config = std::tuple<RankMode, bool /*socket*/, int /*nranks*/, const char* /*algorithm*/>;
 
 class AllReduceMatrix : public ::testing::TestWithParam<Config> {};
 
 std::vector<std::string> configEnv(const Config& config) {
   std::vector<std::string> env;
+  std::string algo = std::get<3>(config);
   if (std::get<1>(config)) env.push_back("CHORUS_SHM_DISABLE=1");
-  if (std::get<3>(config)[0] != '\0')
-    env.push_back(std::string("CHORUS_ALGO=") + std::get<3>(config));
+  if (algo == "channels") {
+    env.push_back("CHORUS_ALGO=ring");
+    env.push_back("CHORUS_MIN_CHANNELS=3");
+    env.push_back("CHORUS_MAX_CHANNELS=3");
+  } else if (!algo.empty()) {
+    env.push_back("CHORUS_ALGO=" + algo);
+  }
+  if (algo == "oneshot" || algo == "twoshot") env.push_back("CHORUS_DIRECT_BUFFSIZE=4096");
   return env;
 }
 
@@ -153,6 +162,28 @@ INSTANTIATE_TEST_SUITE_P(ProcessesTree, AllReduceMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kProcesses),
                                             ::testing::Bool(), ::testing::Values(3, 5),
                                             ::testing::Values("tree")),
+                         configName);
+// The direct algorithms need every rank on one host with shared memory.
+INSTANTIATE_TEST_SUITE_P(ThreadsDirect, AllReduceMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kThreads),
+                                            ::testing::Values(false), ::testing::Values(2, 3, 4, 8),
+                                            ::testing::Values("oneshot", "twoshot")),
+                         configName);
+INSTANTIATE_TEST_SUITE_P(ProcessesDirect, AllReduceMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kProcesses),
+                                            ::testing::Values(false), ::testing::Values(3),
+                                            ::testing::Values("oneshot", "twoshot")),
+                         configName);
+// Rings alone (the selector prefers direct for small calls on one host), and split in channels.
+INSTANTIATE_TEST_SUITE_P(ThreadsRing, AllReduceMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kThreads),
+                                            ::testing::Bool(), ::testing::Values(2, 4),
+                                            ::testing::Values("ring", "channels")),
+                         configName);
+INSTANTIATE_TEST_SUITE_P(ProcessesChannels, AllReduceMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kProcesses),
+                                            ::testing::Bool(), ::testing::Values(3),
+                                            ::testing::Values("channels")),
                          configName);
 
 }  // namespace

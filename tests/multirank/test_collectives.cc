@@ -103,12 +103,17 @@ void checkBroadcast(int rank, ncclComm_t comm, size_t bytes, int root, bool inPl
   EXPECT_EQ(recv[bytes], 0xEE) << "wrote past the end";
 }
 
-using Config = std::tuple<RankMode, bool, int>;
+// (mode, socket, nranks, channels): channels > 1 forces rings split across that many channels.
+using Config = std::tuple<RankMode, bool, int, int>;
 class CollectiveMatrix : public ::testing::TestWithParam<Config> {
  protected:
   void run(const std::function<void(int, int, ncclComm_t&)>& body) {
     std::vector<std::string> env = {"CHORUS_BUFFSIZE=65536"};
     if (std::get<1>(GetParam())) env.push_back("CHORUS_SHM_DISABLE=1");
+    if (std::get<3>(GetParam()) > 1) {
+      env.push_back("CHORUS_MIN_CHANNELS=" + std::to_string(std::get<3>(GetParam())));
+      env.push_back("CHORUS_MAX_CHANNELS=" + std::to_string(std::get<3>(GetParam())));
+    }
     chorus_test::runRanks(std::get<2>(GetParam()), std::get<0>(GetParam()), env, body);
   }
 };
@@ -147,19 +152,83 @@ TEST_P(CollectiveMatrix, BroadcastFromEveryRoot) {
   });
 }
 
+// Messages of at least 16 MiB: many ring loops per channel, every FIFO slot reused many times.
+TEST_P(CollectiveMatrix, LargeMessages) {
+  run([](int rank, int n, ncclComm_t& comm) {
+    const size_t floats = (size_t(16) << 20) / 4;
+    checkReduceScatter(rank, n, comm, ncclFloat32, kSum, floats / n + 5, false);
+    checkReduce(rank, n, comm, ncclFloat32, kSum, floats + 3, n - 1, false);
+    checkBroadcast(rank, comm, (size_t(16) << 20) + 1, 0, true);
+    // All-gather: every rank's block lands at its place in every output.
+    size_t count = floats / n + 7;
+    std::vector<int32_t> send(count), recv(count * n, -1);
+    for (size_t i = 0; i < count; ++i) send[i] = static_cast<int32_t>(rank * 1000003 + i);
+    ASSERT_EQ(ncclAllGather(send.data(), recv.data(), count, ncclInt32, comm, nullptr), ncclSuccess)
+        << ncclGetLastError(comm);
+    size_t wrong = 0;
+    for (int r = 0; r < n; ++r)
+      for (size_t i = 0; i < count; ++i)
+        if (recv[r * count + i] != static_cast<int32_t>(r * 1000003 + i) && wrong++ < 3)
+          ADD_FAILURE() << "rank " << rank << " all-gather block " << r << " element " << i;
+    EXPECT_EQ(wrong, 0u);
+  });
+}
+
+// Several collectives in one group run as one launch, in call order: each may read what the one
+// before it wrote, even when their channels run on different threads.
+TEST_P(CollectiveMatrix, GroupedDependentCollectivesRunInOrder) {
+  run([](int rank, int n, ncclComm_t& comm) {
+    for (size_t count : {size_t(1), size_t(1000), size_t(300001)}) {
+      std::vector<int32_t> a(count, rank + 1), sum(count, -1), gathered(count * n, -1),
+          scattered(count, -1), bcast(count, -1);
+      ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+      // sum = n(n+1)/2 everywhere; gathered = n copies of sum; scattered = n * sum;
+      // bcast = scattered of rank n-1.
+      ASSERT_EQ(ncclAllReduce(a.data(), sum.data(), count, ncclInt32, ncclSum, comm, nullptr),
+                ncclSuccess);
+      ASSERT_EQ(ncclAllGather(sum.data(), gathered.data(), count, ncclInt32, comm, nullptr),
+                ncclSuccess);
+      ASSERT_EQ(ncclReduceScatter(gathered.data(), scattered.data(), count, ncclInt32, ncclSum,
+                                  comm, nullptr),
+                ncclSuccess);
+      ASSERT_EQ(
+          ncclBroadcast(scattered.data(), bcast.data(), count, ncclInt32, n - 1, comm, nullptr),
+          ncclSuccess);
+      ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(comm);
+      const int32_t s = n * (n + 1) / 2;
+      size_t wrong = 0;
+      for (size_t i = 0; i < count; ++i) {
+        if (sum[i] != s || scattered[i] != n * s || bcast[i] != n * s) ++wrong;
+        for (int r = 0; r < n; ++r)
+          if (gathered[r * count + i] != s) ++wrong;
+      }
+      EXPECT_EQ(wrong, 0u) << "rank " << rank << " count " << count;
+    }
+  });
+}
+
 std::string configName(const ::testing::TestParamInfo<Config>& info) {
   return std::string(chorus_test::modeName(std::get<0>(info.param))) +
          (std::get<1>(info.param) ? "_tcp_" : "_shm_") + std::to_string(std::get<2>(info.param)) +
-         "ranks";
+         "ranks" +
+         (std::get<3>(info.param) > 1 ? "_" + std::to_string(std::get<3>(info.param)) + "channels"
+                                      : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, CollectiveMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kThreads),
-                                            ::testing::Bool(), ::testing::Values(1, 2, 3, 5)),
+                                            ::testing::Bool(), ::testing::Values(1, 2, 3, 5),
+                                            ::testing::Values(1)),
+                         configName);
+INSTANTIATE_TEST_SUITE_P(ThreadsChannels, CollectiveMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kThreads),
+                                            ::testing::Bool(), ::testing::Values(2, 3),
+                                            ::testing::Values(3)),
                          configName);
 INSTANTIATE_TEST_SUITE_P(Processes, CollectiveMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kProcesses),
-                                            ::testing::Bool(), ::testing::Values(2, 4)),
+                                            ::testing::Bool(), ::testing::Values(2, 4),
+                                            ::testing::Values(1, 2)),
                          configName);
 
 }  // namespace

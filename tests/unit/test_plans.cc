@@ -188,10 +188,7 @@ TEST(Plans, RingAllGatherPlacesEveryBlock) {
     for (size_t count : kCounts)
       for (size_t chunk : kChunks) {
         auto plans = record<RingAllGatherShape>(
-            n,
-            [&](int r) {
-              return RingAllGatherShape{count, chunk, n, r, ring.data()};
-            },
+            n, [&](int r) { return RingAllGatherShape{count, chunk, n, r, ring.data(), count}; },
             [](RecordingPrims& p, const RingAllGatherShape& s) { return ringAllGather(p, s); });
         auto out = simulate(plans, n, count, count * n);
         for (int r = 0; r < n; ++r)
@@ -209,9 +206,7 @@ TEST(Plans, RingReduceScatterReducesEachBlockAtItsOwner) {
       for (size_t chunk : kChunks) {
         auto plans = record<RingReduceScatterShape>(
             n,
-            [&](int r) {
-              return RingReduceScatterShape{count, chunk, n, r, ring.data()};
-            },
+            [&](int r) { return RingReduceScatterShape{count, chunk, n, r, ring.data(), count}; },
             [](RecordingPrims& p, const RingReduceScatterShape& s) {
               return ringReduceScatter(p, s);
             });
@@ -250,6 +245,59 @@ TEST(Plans, RingBroadcastAndReduceFromEveryRoot) {
             for (size_t i = 0; i < count; ++i) ASSERT_TRUE(rout[r][i].empty());
           }
         }
+}
+
+// Channels split every rank block into slices, each moved by its own ring with the blocks still
+// `count` apart (blockStride); the slices must compose the whole result.
+TEST(Plans, ChannelSlicesOfBlockedCollectivesComposeTheWholeResult) {
+  for (int n = 2; n <= 8; ++n) {
+    std::vector<int> ring = identityRing(n);
+    for (size_t count : {size_t(1), size_t(5), size_t(17), size_t(100)}) {
+      // Three slices as the executor cuts them: equal, the last possibly short or empty.
+      size_t per = (count + 2) / 3;
+      std::vector<Value> gathered[16], scattered[16];
+      for (int r = 0; r < n; ++r) {
+        gathered[r].assign(count * n, Value());
+        scattered[r].assign(count, Value());
+      }
+      for (int c = 0; c < 3; ++c) {
+        size_t b = std::min(count, per * c), e = std::min(count, per * (c + 1));
+        size_t len = e - b;
+        auto shift = [&](Value v) {
+          for (auto& x : v) x.second += b;
+          return v;
+        };
+        auto ag = record<RingAllGatherShape>(
+            n, [&](int r) { return RingAllGatherShape{len, 4, n, r, ring.data(), count}; },
+            [](RecordingPrims& p, const RingAllGatherShape& s) { return ringAllGather(p, s); });
+        auto agOut = simulate(ag, n, len, count * n);
+        auto rs = record<RingReduceScatterShape>(
+            n, [&](int r) { return RingReduceScatterShape{len, 4, n, r, ring.data(), count}; },
+            [](RecordingPrims& p, const RingReduceScatterShape& s) {
+              return ringReduceScatter(p, s);
+            });
+        // Reduce-scatter input offsets are block-relative (r*count + j) within the slice's
+        // view, which starts b elements into the buffer.
+        auto rsOut = simulate(rs, n, count * n, len);
+        for (int r = 0; r < n; ++r) {
+          for (size_t j = 0; j < count * n; ++j)
+            if (!agOut[r][j].empty()) {
+              ASSERT_TRUE(gathered[r][j + b].empty()) << "two channels wrote one element";
+              gathered[r][j + b] = shift(agOut[r][j]);
+            }
+          for (size_t j = 0; j < len; ++j) scattered[r][j + b] = shift(rsOut[r][j]);
+        }
+      }
+      for (int r = 0; r < n; ++r) {
+        for (size_t j = 0; j < count * n; ++j)
+          ASSERT_EQ(gathered[r][j], (Value{{static_cast<int>(j / count), j % count}}))
+              << "all-gather n=" << n << " count=" << count << " rank " << r << " element " << j;
+        for (size_t i = 0; i < count; ++i)
+          ASSERT_EQ(scattered[r][i], everyRank(n, r * count + i))
+              << "reduce-scatter n=" << n << " count=" << count << " rank " << r;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,193 @@
+#include "algorithms/selector.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+
+#include "algorithms/cost_model.h"
+#include "common/param.h"
+
+namespace chorus {
+
+namespace {
+
+double transferUs(double bytes, double gbps) {
+  return bytes / (gbps * 1e3);
+}
+
+int ceilLog2(int n) {
+  int d = 0;
+  while ((1 << d) < n) ++d;
+  return d;
+}
+
+// What a hand-off costs beyond the link when ranks outnumber cores: the peer is often not
+// running and must be woken and scheduled first.
+double oversubscribedUs(const TuningInfo& info, const CostModel& m) {
+  return info.coresPerRank < 1.0 ? (1.0 - info.coresPerRank) * m.wakeUs : 0.0;
+}
+
+bool usesNetwork(const TuningInfo& info) {
+  return info.nnodes > 1 || !info.shm;
+}
+
+double stepUs(const TuningInfo& info, const CostModel& m) {
+  return (usesNetwork(info) ? m.netStepUs : m.shmStepUs) + oversubscribedUs(info, m);
+}
+
+// Throughput of a ring over nchannels: channels run on their own threads, so they add up only
+// while each has a core; the network or memory caps the sum.
+double ringGBps(const TuningInfo& info, const CostModel& m, int nchannels) {
+  double cores = std::floor(info.coresPerRank);
+  double parallel = std::fmax(1.0, std::fmin(static_cast<double>(nchannels), cores));
+  if (usesNetwork(info)) return std::fmin(parallel * m.netGBps, m.netMaxGBps);
+  return std::fmin(parallel * m.shmGBps, m.shmMaxGBps);
+}
+
+// The most ring channels whose throughput still adds up (cores, or the network's cap).
+int usefulChannels(const TuningInfo& info) {
+  const CostModel& m = costModel();
+  if (usesNetwork(info)) return static_cast<int>(std::ceil(m.netMaxGBps / m.netGBps));
+  return std::max(1, std::min(static_cast<int>(std::ceil(m.shmMaxGBps / m.shmGBps)),
+                              static_cast<int>(std::floor(info.coresPerRank))));
+}
+
+double launchUs(const CostModel& m, int nchannels) {
+  return (nchannels - 1) * m.channelLaunchUs;
+}
+
+}  // namespace
+
+double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nchannels,
+                 size_t bytes) {
+  const CostModel& m = costModel();
+  const int n = info.nranks;
+  const double s = static_cast<double>(bytes);
+  if (n <= 1) return algo == Algorithm::kRing ? transferUs(2 * s, m.memGBps) : -1;
+  const bool channelled = algo == Algorithm::kRing;
+  if (!channelled && nchannels != 1) return -1;
+  const double step = stepUs(info, m);
+  switch (algo) {
+    case Algorithm::kRing: {
+      double bw = ringGBps(info, m, nchannels);
+      double launch = launchUs(m, nchannels);
+      switch (coll) {
+        case Collective::kAllReduce:
+          return 2 * (n - 1) * step + transferUs(2.0 * (n - 1) / n * s, bw) + launch;
+        case Collective::kAllGather:
+        case Collective::kReduceScatter:
+          return (n - 1) * step + transferUs(1.0 * (n - 1) / n * s, bw) + launch;
+        case Collective::kBroadcast:
+        case Collective::kReduce:
+          return (n - 1) * step + transferUs(s, bw) + launch;
+        default:
+          return -1;
+      }
+    }
+    case Algorithm::kTree: {
+      if (coll != Collective::kAllReduce) return -1;
+      // Up and down each tree, pipelined; the busiest rank moves about twice the buffer.
+      double bw = ringGBps(info, m, 1);
+      return 2 * ceilLog2(n) * step + transferUs((n > 2 ? 2.0 : 1.0) * s, bw);
+    }
+    case Algorithm::kOneShot:
+    case Algorithm::kTwoShot: {
+      if (coll != Collective::kAllReduce || !info.directPossible) return -1;
+      double chunks = std::fmax(1.0, std::ceil(s / static_cast<double>(info.directChunkBytes)));
+      // Every rank waits for all peers to publish: each sync needs every peer scheduled.
+      double sync = m.directSyncUs + oversubscribedUs(info, m) * (n - 1);
+      if (algo == Algorithm::kOneShot)  // stage (read + write), read n inputs, write the output
+        return chunks * sync + transferUs((3.0 + n) * s, m.memGBps);
+      // Stage, reduce one share of every input, then gather every share.
+      return chunks * 2 * sync + transferUs((5.0 + 1.0 / n) * s, m.memGBps);
+    }
+    default:
+      return -1;
+  }
+}
+
+Decision selectAlgorithm(const TuningInfo& info, Collective coll, size_t bytes) {
+  Decision d;
+  int lo = info.minChannels < 1 ? 1 : info.minChannels;
+  int hi = info.maxChannels < lo ? lo : info.maxChannels;
+  int bestAllowed = -1, bestAny = -1;
+  for (int a = 0; a < static_cast<int>(Algorithm::kCount); ++a) {
+    Algorithm algo = static_cast<Algorithm>(a);
+    Prediction p;
+    p.algo = algo;
+    p.us = -1;
+    int first = algo == Algorithm::kRing ? lo : 1;
+    int last = algo == Algorithm::kRing ? hi : 1;
+    // Channels past the point where throughput stops growing only add launch cost.
+    if (last > first) last = std::max(first, std::min(last, usefulChannels(info)));
+    for (int ch = first; ch <= last; ++ch) {
+      double us = predictUs(info, coll, algo, ch, bytes);
+      if (us >= 0 && (p.us < 0 || us < p.us)) {
+        p.us = us;
+        p.nchannels = ch;
+      }
+    }
+    if (p.us < 0) continue;
+    p.allowed = info.allowed.allows(algo);
+    int i = d.nalternatives++;
+    d.alternatives[i] = p;
+    if (bestAny < 0 || p.us < d.alternatives[bestAny].us) bestAny = i;
+    if (p.allowed && (bestAllowed < 0 || p.us < d.alternatives[bestAllowed].us)) bestAllowed = i;
+  }
+  int pick = bestAllowed >= 0 ? bestAllowed : bestAny;
+  d.overrideIgnored = bestAllowed < 0;
+  if (pick >= 0) {
+    d.algo = d.alternatives[pick].algo;
+    d.nchannels = d.alternatives[pick].nchannels;
+    d.us = d.alternatives[pick].us;
+  }
+  return d;
+}
+
+namespace {
+
+Status readChannelParam(const char* name, int fallback, int* out) {
+  ParamValue v = paramRaw(name);
+  if (!v.isSet || v.value.empty()) {
+    *out = fallback;
+    return Status::ok();
+  }
+  errno = 0;
+  char* end = nullptr;
+  long value = strtol(v.value.c_str(), &end, 10);
+  if (errno != 0 || end == v.value.c_str() || *end != '\0' || value < 1 || value > kMaxChannels)
+    return invalidArgument("%s=\"%s\" is not a channel count in [1, %d]", v.source.c_str(),
+                           v.value.c_str(), kMaxChannels);
+  *out = static_cast<int>(value);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status channelBounds(int* minChannels, int* maxChannels) {
+  CHORUS_TRY(readChannelParam("MIN_CHANNELS", 1, minChannels));
+  CHORUS_TRY(readChannelParam("MAX_CHANNELS", kMaxChannels, maxChannels));
+  if (*minChannels > *maxChannels)
+    return invalidArgument("%s=%d exceeds %s=%d", paramRaw("MIN_CHANNELS").source.c_str(),
+                           *minChannels, paramRaw("MAX_CHANNELS").source.c_str(), *maxChannels);
+  return Status::ok();
+}
+
+std::string describeAlternatives(const Decision& d) {
+  std::string out;
+  for (int i = 0; i < d.nalternatives; ++i) {
+    const Prediction& p = d.alternatives[i];
+    char buf[96];
+    if (p.algo == Algorithm::kRing)
+      snprintf(buf, sizeof(buf), "%sring/%d %.1f us%s", out.empty() ? "" : ", ", p.nchannels, p.us,
+               p.allowed ? "" : " (excluded)");
+    else
+      snprintf(buf, sizeof(buf), "%s%s %.1f us%s", out.empty() ? "" : ", ", algorithmName(p.algo),
+               p.us, p.allowed ? "" : " (excluded)");
+    out += buf;
+  }
+  return out;
+}
+
+}  // namespace chorus

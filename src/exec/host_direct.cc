@@ -1,0 +1,170 @@
+#include "exec/host_direct.h"
+
+#include <cstring>
+
+#include "algorithms/direct_allreduce.h"
+
+namespace chorus {
+
+namespace {
+
+// Host primitives for the direct all-reduce (see direct_allreduce.h): waits on the region's
+// counters (bounded by the timeout and the abort flag), moves data with memcpy and reduces with
+// one reduce-copy pass per staged operand.
+class HostDirectPrims {
+ public:
+  HostDirectPrims(const ExecContext& ctx, DirectRegion& region, const CollArgs& args)
+      : ctx_(ctx),
+        region_(region),
+        input_(static_cast<const char*>(args.sendbuff)),
+        output_(static_cast<char*>(args.recvbuff)),
+        eltSize_(dataTypeSize(args.type)),
+        type_(args.type),
+        op_(args.op),
+        // PreMulSum scales the operand it is given as `local`: the first one must go through a
+        // pass of its own. Other ops take the first two operands in one pass.
+        fuseFirst_(args.op.kind != RedKind::kPreMulSum) {}
+
+  bool stage(size_t in, size_t n) {
+    sequence_ = region_.nextSequence();
+    slot_ = static_cast<int>(sequence_ % 2);
+    // The buffers of sequence - 2 are free: see direct_region.h.
+    if (n > 0) memcpy(region_.staging(ctx_.rank, slot_), input_ + in * eltSize_, n * eltSize_);
+    region_.counter(ctx_.rank, DirectCounterKind::kStaged).publish(sequence_);
+    return true;
+  }
+
+  bool reduceToOutput(int peer, size_t from, size_t out, size_t n, bool first, bool last) {
+    if (!wait(peer, DirectCounterKind::kStaged, sequence_, "stage its input")) return false;
+    reduceInto(output_ + out * eltSize_, region_.staging(peer, slot_) + from * eltSize_, n, first,
+               last);
+    return true;
+  }
+
+  bool reduceToResult(int peer, size_t from, size_t n, bool first, bool last) {
+    if (!wait(peer, DirectCounterKind::kStaged, sequence_, "stage its input")) return false;
+    reduceInto(region_.result(ctx_.rank, slot_) + from * eltSize_,
+               region_.staging(peer, slot_) + from * eltSize_, n, first, last);
+    return true;
+  }
+
+  bool publishResult() {
+    region_.counter(ctx_.rank, DirectCounterKind::kReduced).publish(sequence_);
+    return true;
+  }
+
+  bool copyResult(int peer, size_t from, size_t out, size_t n) {
+    if (!wait(peer, DirectCounterKind::kReduced, sequence_, "publish its reduced share"))
+      return false;
+    if (n > 0)
+      memcpy(output_ + out * eltSize_, region_.result(peer, slot_) + from * eltSize_, n * eltSize_);
+    return true;
+  }
+
+  // Nothing to publish: a peer learns that this rank finished reading a chunk from its staging
+  // of the next one.
+  bool finish() { return true; }
+
+  const Status& status() const { return status_; }
+
+ private:
+  // dst = first ? op(src) : dst (op) src, finalised when last. A deferred first operand becomes
+  // the `peer` of the next pass: same operands, same order, same bits, one pass less.
+  void reduceInto(char* dst, const char* src, size_t n, bool first, bool last) {
+    if (first && !last && fuseFirst_) {
+      pending_ = src;
+      return;
+    }
+    ReduceCopyArgs a;
+    a.peer = first ? nullptr : (pending_ != nullptr ? pending_ : dst);
+    a.local = src;
+    a.dst0 = dst;
+    a.count = n;
+    a.type = type_;
+    a.op = &op_;
+    a.finalize = last;
+    reduceCopy(a);
+    pending_ = nullptr;
+  }
+
+  bool wait(int peer, DirectCounterKind kind, uint64_t target, const char* what) {
+    Waiter w(ctx_.timeoutSeconds, ctx_.abort, ctx_.spinCount);
+    Code c = region_.waitAtLeast(peer, kind, target, w);
+    if (c == Code::kSuccess) return true;
+    if (c == Code::kRemoteError) {
+      status_ = remoteError(
+          "rank %d: ncclAllReduce (direct all-reduce) timed out after %.0f s waiting for rank %d "
+          "to %s; the peer is stuck, dead or did not call the same collective (raise "
+          "CHORUS_TIMEOUT if it is slow)",
+          ctx_.rank, ctx_.timeoutSeconds, peer, what);
+    } else {
+      status_ = invalidUsage(
+          "rank %d: ncclAllReduce (direct all-reduce) interrupted while waiting for rank %d: the "
+          "communicator was aborted",
+          ctx_.rank, peer);
+    }
+    return false;
+  }
+
+  const ExecContext& ctx_;
+  DirectRegion& region_;
+  const char* input_;
+  char* output_;
+  size_t eltSize_;
+  DataType type_;
+  const RedOp& op_;
+  bool fuseFirst_;
+  const char* pending_ = nullptr;
+  uint64_t sequence_ = 0;
+  int slot_ = 0;
+  Status status_;
+};
+
+}  // namespace
+
+Status hostAllReduceDirect(const ExecContext& ctx, const CollArgs& args, DirectRegion& region,
+                           bool twoShot) {
+  if (args.count == 0) return Status::ok();
+  if (ctx.nranks == 1) {
+    // One rank: out = finalize(op(in)), which scales PreMulSum and divides Avg by one.
+    ReduceCopyArgs a;
+    a.local = args.sendbuff;
+    a.dst0 = args.recvbuff;
+    a.count = args.count;
+    a.type = args.type;
+    a.op = &args.op;
+    a.finalize = true;
+    reduceCopy(a);
+    return Status::ok();
+  }
+  if (region.rank() != ctx.rank || region.nranks() != ctx.nranks)
+    return internalError(
+        "rank %d: ncclAllReduce (direct all-reduce) was given the region of rank %d of %d in a "
+        "communicator of %d ranks",
+        ctx.rank, region.rank(), region.nranks(), ctx.nranks);
+  if (region.broken())
+    return invalidUsage(
+        "rank %d: ncclAllReduce (direct all-reduce): an earlier direct all-reduce of this "
+        "communicator failed, so its ranks are out of step; destroy the communicator and create "
+        "a new one",
+        ctx.rank);
+  const size_t eltSize = dataTypeSize(args.type);
+  if (eltSize == 0)
+    return invalidArgument("rank %d: ncclAllReduce (direct all-reduce): unknown data type %d",
+                           ctx.rank, static_cast<int>(args.type));
+  HostDirectPrims prims(ctx, region, args);
+  DirectAllReduceShape shape{};
+  shape.count = args.count;
+  shape.chunkElems = region.bufferBytes() / eltSize;
+  shape.alignElems = kCacheLine / eltSize;
+  shape.nranks = ctx.nranks;
+  shape.rank = ctx.rank;
+  shape.twoShot = twoShot;
+  if (!directAllReduce(prims, shape)) {
+    region.markBroken();
+    return prims.status();
+  }
+  return Status::ok();
+}
+
+}  // namespace chorus

@@ -1,0 +1,34 @@
+// One launch: the collectives a communicator runs together (one call, or every collective of a
+// group), each with the algorithm and channel count the selector chose. Ring work is split
+// across channels, channel 0 on the calling thread and the others on the channel workers, which
+// are woken once for the whole launch; tree and direct work runs on the calling thread. The
+// collectives complete in order: no channel starts collective k+1 before every channel of this
+// rank finished collective k, so a collective may read what an earlier one in the group wrote.
+#pragma once
+
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "exec/host_executor.h"
+#include "exec/host_tree.h"
+
+namespace chorus {
+
+class DirectRegion;
+
+struct HostWork {
+  Collective coll = Collective::kAllReduce;
+  Algorithm algo = Algorithm::kRing;
+  CollArgs args;  // args.nchannels: ring channels (1 for other algorithms)
+};
+
+// What the launch's algorithms run over; trees and direct may be null when no work uses them.
+struct LaunchResources {
+  TreeLinks* trees = nullptr;
+  DirectRegion* direct = nullptr;
+};
+
+Status hostLaunch(const ExecContext& ctx, const std::vector<HostWork>& works,
+                  const LaunchResources& resources);
+
+}  // namespace chorus

@@ -1,0 +1,184 @@
+// The algorithm selector: parsing of CHORUS_ALGO and the channel bounds, and decisions checked
+// against a brute-force minimum over the cost model's predictions.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "algorithms/selector.h"
+
+namespace chorus {
+namespace {
+
+TEST(AlgorithmList, NamesListsAndExclusions) {
+  auto bit = [](Algorithm a) { return 1u << static_cast<int>(a); };
+  Result<AlgorithmMask> m = parseAlgorithmList("tree", "CHORUS_ALGO");
+  ASSERT_TRUE(m.isOk());
+  EXPECT_EQ(m.value().bits, bit(Algorithm::kTree));
+  m = parseAlgorithmList(" Ring , TREE ", "CHORUS_ALGO");
+  ASSERT_TRUE(m.isOk());
+  EXPECT_EQ(m.value().bits, bit(Algorithm::kRing) | bit(Algorithm::kTree));
+  m = parseAlgorithmList("^direct", "NCCL_ALGO");
+  ASSERT_TRUE(m.isOk());
+  EXPECT_EQ(m.value().bits, bit(Algorithm::kRing) | bit(Algorithm::kTree));
+  EXPECT_EQ(m.value().text, "NCCL_ALGO=^direct");
+  m = parseAlgorithmList("", "CHORUS_ALGO");
+  ASSERT_TRUE(m.isOk());
+  EXPECT_FALSE(m.value().isSet);
+  EXPECT_TRUE(m.value().allows(Algorithm::kOneShot));
+}
+
+TEST(AlgorithmList, UnknownNamesAndEmptySetsAreErrors) {
+  Result<AlgorithmMask> m = parseAlgorithmList("ring,nvls", "CHORUS_ALGO");
+  ASSERT_FALSE(m.isOk());
+  EXPECT_EQ(m.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("CHORUS_ALGO"), std::string::npos);
+  EXPECT_NE(m.status().message().find("nvls"), std::string::npos);
+  m = parseAlgorithmList("ring,", "CHORUS_ALGO");
+  EXPECT_FALSE(m.isOk());
+  m = parseAlgorithmList("^ring,tree,direct", "CHORUS_ALGO");
+  ASSERT_FALSE(m.isOk());
+  EXPECT_NE(m.status().message().find("excludes every algorithm"), std::string::npos);
+}
+
+TEST(ChannelBounds, DefaultsRangeAndOrder) {
+  unsetenv("CHORUS_MIN_CHANNELS");
+  unsetenv("CHORUS_MAX_CHANNELS");
+  unsetenv("NCCL_MIN_CHANNELS");
+  unsetenv("NCCL_MAX_CHANNELS");
+  int lo = 0, hi = 0;
+  ASSERT_TRUE(channelBounds(&lo, &hi).isOk());
+  EXPECT_EQ(lo, 1);
+  EXPECT_EQ(hi, kMaxChannels);
+  setenv("NCCL_MAX_CHANNELS", "4", 1);
+  ASSERT_TRUE(channelBounds(&lo, &hi).isOk());
+  EXPECT_EQ(hi, 4);
+  setenv("CHORUS_MIN_CHANNELS", "5", 1);
+  Status s = channelBounds(&lo, &hi);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("CHORUS_MIN_CHANNELS=5"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("NCCL_MAX_CHANNELS=4"), std::string::npos) << s.message();
+  for (const char* bad : {"0", "17", "two", "3x", "-1"}) {
+    setenv("CHORUS_MIN_CHANNELS", bad, 1);
+    s = channelBounds(&lo, &hi);
+    ASSERT_FALSE(s.isOk()) << bad;
+    EXPECT_NE(s.message().find("CHORUS_MIN_CHANNELS"), std::string::npos);
+  }
+  unsetenv("CHORUS_MIN_CHANNELS");
+  unsetenv("NCCL_MAX_CHANNELS");
+}
+
+TuningInfo oneHost(int nranks, double coresPerRank) {
+  TuningInfo info;
+  info.nranks = nranks;
+  info.localRanks = nranks;
+  info.coresPerRank = coresPerRank;
+  info.directPossible = nranks > 1;
+  return info;
+}
+
+// The decision is the fastest allowed (algorithm, channels) by brute force over predictUs.
+void expectArgmin(const TuningInfo& info, Collective coll, size_t bytes) {
+  Decision d = selectAlgorithm(info, coll, bytes);
+  double best = -1;
+  for (int a = 0; a < static_cast<int>(Algorithm::kCount); ++a) {
+    if (!info.allowed.allows(static_cast<Algorithm>(a))) continue;
+    for (int ch = info.minChannels; ch <= info.maxChannels; ++ch) {
+      double us = predictUs(info, coll, static_cast<Algorithm>(a), ch, bytes);
+      if (us >= 0 && (best < 0 || us < best)) best = us;
+    }
+  }
+  ASSERT_GE(best, 0);
+  EXPECT_DOUBLE_EQ(d.us, best) << collectiveName(coll) << " " << bytes;
+  EXPECT_DOUBLE_EQ(predictUs(info, coll, d.algo, d.nchannels, bytes), d.us);
+  EXPECT_TRUE(info.allowed.allows(d.algo));
+  EXPECT_FALSE(d.overrideIgnored);
+}
+
+TEST(Selector, PicksTheCheapestAllowedChoice) {
+  for (int n : {2, 3, 4, 8, 16}) {
+    for (int nodes : {1, 2}) {
+      for (double cores : {0.5, 1.0, 8.0}) {
+        TuningInfo info = oneHost(n, cores);
+        info.nnodes = nodes;
+        info.directPossible = nodes == 1;
+        for (int c = 0; c < static_cast<int>(Collective::kCount); ++c)
+          for (size_t bytes = 8; bytes <= (size_t(1) << 30); bytes *= 4)
+            expectArgmin(info, static_cast<Collective>(c), bytes);
+      }
+    }
+  }
+}
+
+TEST(Selector, ApplicabilityOfEachAlgorithm) {
+  TuningInfo info = oneHost(4, 1.0);
+  // Tree and the direct algorithms are all-reduce only.
+  for (Collective c : {Collective::kAllGather, Collective::kReduceScatter, Collective::kBroadcast,
+                       Collective::kReduce}) {
+    EXPECT_LT(predictUs(info, c, Algorithm::kTree, 1, 1024), 0);
+    EXPECT_LT(predictUs(info, c, Algorithm::kOneShot, 1, 1024), 0);
+    EXPECT_GT(predictUs(info, c, Algorithm::kRing, 1, 1024), 0);
+  }
+  // Direct needs one host's shared memory; only rings have channels.
+  info.nnodes = 2;
+  info.directPossible = false;
+  EXPECT_LT(predictUs(info, Collective::kAllReduce, Algorithm::kTwoShot, 1, 1024), 0);
+  EXPECT_LT(predictUs(info, Collective::kAllReduce, Algorithm::kTree, 2, 1024), 0);
+  EXPECT_GT(predictUs(info, Collective::kAllReduce, Algorithm::kRing, 2, 1024), 0);
+  // One rank: a local copy.
+  TuningInfo single = oneHost(1, 1.0);
+  Decision d = selectAlgorithm(single, Collective::kAllReduce, 4096);
+  EXPECT_EQ(d.algo, Algorithm::kRing);
+  EXPECT_EQ(d.nalternatives, 1);
+}
+
+TEST(Selector, ModelShape) {
+  // Small messages on one host go direct; large ones take the ring; predictions grow with size.
+  TuningInfo info = oneHost(2, 1.0);
+  EXPECT_EQ(selectAlgorithm(info, Collective::kAllReduce, 8).algo, Algorithm::kOneShot);
+  EXPECT_EQ(selectAlgorithm(info, Collective::kAllReduce, size_t(64) << 20).algo, Algorithm::kRing);
+  // Across hosts with many ranks, the tree's log-depth wins for small messages.
+  TuningInfo net = oneHost(64, 1.0);
+  net.nnodes = 32;
+  net.localRanks = 2;
+  net.directPossible = false;
+  EXPECT_EQ(selectAlgorithm(net, Collective::kAllReduce, 1024).algo, Algorithm::kTree);
+  EXPECT_EQ(selectAlgorithm(net, Collective::kAllReduce, size_t(256) << 20).algo, Algorithm::kRing);
+  for (int c = 0; c < static_cast<int>(Collective::kCount); ++c) {
+    double last = 0;
+    for (size_t bytes = 8; bytes <= (size_t(1) << 28); bytes *= 2) {
+      double us = selectAlgorithm(info, static_cast<Collective>(c), bytes).us;
+      EXPECT_GE(us, last);
+      last = us;
+    }
+  }
+  // More channels only pay off with spare cores and large messages.
+  TuningInfo wide = oneHost(2, 8.0);
+  EXPECT_EQ(selectAlgorithm(wide, Collective::kAllGather, 1024).nchannels, 1);
+  EXPECT_GT(selectAlgorithm(wide, Collective::kAllGather, size_t(64) << 20).nchannels, 1);
+  EXPECT_EQ(selectAlgorithm(info, Collective::kAllGather, size_t(64) << 20).nchannels, 1);
+}
+
+TEST(Selector, OverridesWin) {
+  TuningInfo info = oneHost(4, 1.0);
+  info.allowed = parseAlgorithmList("tree", "CHORUS_ALGO").value();
+  Decision d = selectAlgorithm(info, Collective::kAllReduce, 8);
+  EXPECT_EQ(d.algo, Algorithm::kTree);
+  // Tree does not apply to all-gather: the ring runs and the decision says the list was moot.
+  d = selectAlgorithm(info, Collective::kAllGather, 8);
+  EXPECT_EQ(d.algo, Algorithm::kRing);
+  EXPECT_TRUE(d.overrideIgnored);
+  // Channel bounds hold even where the model would pick fewer.
+  info.allowed = AlgorithmMask();
+  info.minChannels = 3;
+  info.maxChannels = 3;
+  d = selectAlgorithm(info, Collective::kReduceScatter, 8);
+  EXPECT_EQ(d.nchannels, 3);
+  info.allowed = parseAlgorithmList("ring", "CHORUS_ALGO").value();
+  d = selectAlgorithm(info, Collective::kAllReduce, 8);
+  EXPECT_EQ(d.algo, Algorithm::kRing);
+  EXPECT_EQ(d.nchannels, 3);
+}
+
+}  // namespace
+}  // namespace chorus
