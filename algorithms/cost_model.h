@@ -1,11 +1,11 @@
 // The constants of the selector's cost model, all in one place. The shared-memory and direct
-// figures were fitted to all_reduce_perf runs of each algorithm forced with CHORUS_ALGO (2 ranks,
-// one host, 8 B to 64 MiB); the network ones follow iperf3 between two network namespaces (one
-// TCP stream about 1.2 GB/s, four about 3 GB/s). Each algorithm's predicted time
-// is built from a latency term (hand-offs between ranks, each costing a step latency) and a
-// bandwidth term (bytes each rank moves divided by a throughput). The figures describe a
-// current x86 server; CHORUS_DEBUG_SUBSYS=TUNING shows what they predict and chorus-tune prints
-// the resulting decision tables.
+// figures were fitted to all_reduce_perf runs of each algorithm forced with CHORUS_ALGO (2 and 4
+// ranks on a 2-core host, 8 B to 64 MiB); the network ones follow iperf3 between two network
+// namespaces (one TCP stream about 1.2 GB/s, four about 3 GB/s). Each algorithm's predicted time is
+// built from a latency term (hand-offs between ranks, each costing a step latency) and a bandwidth
+// term (bytes each rank moves divided by a throughput). The figures describe a current x86 server;
+// CHORUS_DEBUG_SUBSYS=TUNING shows what they predict and chorus-tune prints the resulting decision
+// tables.
 #pragma once
 
 namespace chorus {

@@ -28,6 +28,11 @@ double oversubscribedUs(const TuningInfo& info, const CostModel& m) {
   return info.coresPerRank < 1.0 ? (1.0 - info.coresPerRank) * m.wakeUs : 0.0;
 }
 
+// The share of a core each rank gets when ranks outnumber cores: copies slow down alike.
+double cpuShare(const TuningInfo& info) {
+  return info.coresPerRank < 1.0 ? info.coresPerRank : 1.0;
+}
+
 bool usesNetwork(const TuningInfo& info) {
   return info.nnodes > 1 || !info.shm;
 }
@@ -41,8 +46,8 @@ double stepUs(const TuningInfo& info, const CostModel& m) {
 double ringGBps(const TuningInfo& info, const CostModel& m, int nchannels) {
   double cores = std::floor(info.coresPerRank);
   double parallel = std::fmax(1.0, std::fmin(static_cast<double>(nchannels), cores));
-  if (usesNetwork(info)) return std::fmin(parallel * m.netGBps, m.netMaxGBps);
-  return std::fmin(parallel * m.shmGBps, m.shmMaxGBps);
+  if (usesNetwork(info)) return std::fmin(parallel * m.netGBps, m.netMaxGBps) * cpuShare(info);
+  return std::fmin(parallel * m.shmGBps, m.shmMaxGBps) * cpuShare(info);
 }
 
 // The most ring channels whose throughput still adds up (cores, or the network's cap).
@@ -87,9 +92,10 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
     }
     case Algorithm::kTree: {
       if (coll != Collective::kAllReduce) return -1;
-      // Up and down each tree, pipelined; the busiest rank moves about twice the buffer.
+      // Up and down both trees, whose steps interleave on one thread; the busiest rank moves
+      // about twice the buffer.
       double bw = ringGBps(info, m, 1);
-      return 2 * ceilLog2(n) * step + transferUs((n > 2 ? 2.0 : 1.0) * s, bw);
+      return 4 * ceilLog2(n) * step + transferUs((n > 2 ? 2.0 : 1.0) * s, bw);
     }
     case Algorithm::kOneShot:
     case Algorithm::kTwoShot: {
@@ -97,10 +103,11 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
       double chunks = std::fmax(1.0, std::ceil(s / static_cast<double>(info.directChunkBytes)));
       // Every rank waits for all peers to publish: each sync needs every peer scheduled.
       double sync = m.directSyncUs + oversubscribedUs(info, m) * (n - 1);
+      const double mem = m.memGBps * cpuShare(info);
       if (algo == Algorithm::kOneShot)  // stage (read + write), read n inputs, write the output
-        return chunks * sync + transferUs((3.0 + n) * s, m.memGBps);
+        return chunks * sync + transferUs((3.0 + n) * s, mem);
       // Stage, reduce one share of every input, then gather every share.
-      return chunks * 2 * sync + transferUs((5.0 + 1.0 / n) * s, m.memGBps);
+      return chunks * 2 * sync + transferUs((5.0 + 1.0 / n) * s, mem);
     }
     default:
       return -1;
