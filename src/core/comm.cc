@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "algorithms/topo_graph.h"
 #include "common/param.h"
 #include "topo/host_id.h"
 #include "transport/shm/direct_region.h"
@@ -162,6 +163,17 @@ Status Communicator::init(const UniqueIdInfo& id) {
   }
   tuning_.shm = !anyShmDisabled;
   tuning_.directPossible = tuning_.nnodes == 1 && !anyShmDisabled && nranks_ > 1;
+  // Rings and trees keep each host's ranks together.
+  std::vector<uint64_t> hostOfRank(nranks_);
+  for (int r = 0; r < nranks_; ++r) hostOfRank[r] = peers_[r].hostId;
+  hosts_ = groupRanksByHost(hostOfRank);
+  ringRanks_ = hostContiguousRing(hosts_);
+  if (rank_ == 0 && logEnabled(LogLevel::kInfo, kSubsysGraph)) {
+    std::string ring;
+    for (int r : ringRanks_) ring += formatString(" %d", r);
+    LOG_INFO(kSubsysGraph, "ring:%s (%d host%s)", ring.c_str(), tuning_.nnodes,
+             tuning_.nnodes == 1 ? "" : "s");
+  }
   // One ring channel and the direct region (small: it serves the latency-bound calls, which
   // should not pay for setup) now; more channels and the trees when first chosen.
   if (nranks_ > 1) CHORUS_TRY(connectRing(1));
@@ -178,9 +190,8 @@ Status Communicator::init(const UniqueIdInfo& id) {
 
   exec_.rank = rank_;
   exec_.nranks = nranks_;
-  ringRanks_.resize(nranks_);
-  for (int r = 0; r < nranks_; ++r) ringRanks_[r] = r;
-  exec_.ringIndex = rank_;
+  exec_.ringIndex =
+      static_cast<int>(std::find(ringRanks_.begin(), ringRanks_.end(), rank_) - ringRanks_.begin());
   exec_.ringRanks = ringRanks_.data();
   exec_.channels = &channels_;
   workers_.reset(new ChannelWorkers(spinCount_));
@@ -203,8 +214,10 @@ Transport* Communicator::transportFor(const PeerInfo& peer) {
 }
 
 Status Communicator::connectRing(int n) {
-  int next = (rank_ + 1) % nranks_;
-  int prev = (rank_ + nranks_ - 1) % nranks_;
+  const int pos =
+      static_cast<int>(std::find(ringRanks_.begin(), ringRanks_.end(), rank_) - ringRanks_.begin());
+  const int next = ringRanks_[(pos + 1) % nranks_];
+  const int prev = ringRanks_[(pos + nranks_ - 1) % nranks_];
   int first = static_cast<int>(channels_.size());
   if (n <= first) return Status::ok();
   channels_.resize(n);
@@ -239,7 +252,7 @@ Status Communicator::connectTrees() {
   trees_.fifoSlots = static_cast<int>(transportCtx_.geometry.nslots);
   for (int t = 0; t < kNumTrees; ++t) {
     HostTree& tree = trees_.trees[t];
-    tree.node = treeNode(nranks_, rank_, t);
+    tree.node = hostTreeNode(hosts_, rank_, t);
     tree.parent.peer = tree.node.parent;
     for (int c = 0; c < tree.node.nchildren; ++c) tree.children[c].peer = tree.node.children[c];
   }

@@ -105,7 +105,8 @@ class Communicator final : public ErrorSink {
   std::unique_ptr<Transport> shm_;
   std::unique_ptr<Transport> socket_;
   std::vector<HostChannel> channels_;
-  std::vector<int> ringRanks_;
+  std::vector<int> ringRanks_;           // rank at each ring position, hosts contiguous
+  std::vector<std::vector<int>> hosts_;  // ranks of each host, hosts by lowest rank
   TuningInfo tuning_;  // what the selector knows, including CHORUS_ALGO and channel bounds
   uint64_t loggedClasses_[static_cast<int>(Collective::kCount)] = {};  // TUNING lines printed
   struct CachedDecision {

@@ -21,15 +21,27 @@ class HostDirectPrims {
         eltSize_(dataTypeSize(args.type)),
         type_(args.type),
         op_(args.op),
-        // PreMulSum scales the operand it is given as `local`: the first one must go through a
-        // pass of its own. Other ops take the first two operands in one pass.
-        fuseFirst_(args.op.kind != RedKind::kPreMulSum) {}
+        combineOp_(args.op) {
+    // Each rank scales its own input by its own PreMulSum scalar while staging it (ranks may
+    // use different scalars); the staged values are then only added.
+    if (combineOp_.kind == RedKind::kPreMulSum) combineOp_.kind = RedKind::kSum;
+  }
 
   bool stage(size_t in, size_t n) {
     sequence_ = region_.nextSequence();
     slot_ = static_cast<int>(sequence_ % 2);
     // The buffers of sequence - 2 are free: see direct_region.h.
-    if (n > 0) memcpy(region_.staging(ctx_.rank, slot_), input_ + in * eltSize_, n * eltSize_);
+    if (n > 0 && op_.kind == RedKind::kPreMulSum) {
+      ReduceCopyArgs a;
+      a.local = input_ + in * eltSize_;
+      a.dst0 = region_.staging(ctx_.rank, slot_);
+      a.count = n;
+      a.type = type_;
+      a.op = &op_;
+      reduceCopy(a);
+    } else if (n > 0) {
+      memcpy(region_.staging(ctx_.rank, slot_), input_ + in * eltSize_, n * eltSize_);
+    }
     region_.counter(ctx_.rank, DirectCounterKind::kStaged).publish(sequence_);
     return true;
   }
@@ -71,7 +83,7 @@ class HostDirectPrims {
   // dst = first ? op(src) : dst (op) src, finalised when last. A deferred first operand becomes
   // the `peer` of the next pass: same operands, same order, same bits, one pass less.
   void reduceInto(char* dst, const char* src, size_t n, bool first, bool last) {
-    if (first && !last && fuseFirst_) {
+    if (first && !last) {
       pending_ = src;
       return;
     }
@@ -81,7 +93,7 @@ class HostDirectPrims {
     a.dst0 = dst;
     a.count = n;
     a.type = type_;
-    a.op = &op_;
+    a.op = &combineOp_;
     a.finalize = last;
     reduceCopy(a);
     pending_ = nullptr;
@@ -113,7 +125,7 @@ class HostDirectPrims {
   size_t eltSize_;
   DataType type_;
   const RedOp& op_;
-  bool fuseFirst_;
+  RedOp combineOp_;  // op_ with PreMulSum turned into Sum: staged inputs are already scaled
   const char* pending_ = nullptr;
   uint64_t sequence_ = 0;
   int slot_ = 0;

@@ -136,6 +136,41 @@ TEST_P(AllReduceMatrix, LargeFloatSum) {
   });
 }
 
+// PreMulSum with a different scalar on every rank (as nccl-tests uses it): each rank scales its
+// own input by its own scalar, whatever algorithm runs.
+TEST_P(AllReduceMatrix, PreMulSumScalarsDifferPerRank) {
+  RankMode mode = std::get<0>(GetParam());
+  int nranks = std::get<2>(GetParam());
+  std::vector<std::string> env = configEnv(GetParam());
+  chorus_test::runRanks(nranks, mode, env, [&](int rank, int n, ncclComm_t comm) {
+    for (size_t count : {size_t(1), size_t(13), size_t(5000), size_t(300007)}) {
+      for (bool immediate : {true, false}) {
+        std::vector<int32_t> in(count), out(count, -1);
+        for (size_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(i % 7) + rank;
+        int32_t scalar = rank + 1;
+        ncclRedOp_t op;
+        ASSERT_EQ(
+            ncclRedOpCreatePreMulSum(&op, &scalar, ncclInt32,
+                                     immediate ? ncclScalarHostImmediate : ncclScalarDevice, comm),
+            ncclSuccess);
+        ASSERT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclInt32, op, comm, nullptr),
+                  ncclSuccess)
+            << ncclGetLastError(comm);
+        ASSERT_EQ(ncclRedOpDestroy(op, comm), ncclSuccess);
+        size_t wrong = 0;
+        for (size_t i = 0; i < count; ++i) {
+          int64_t want = 0;
+          for (int r = 0; r < n; ++r) want += static_cast<int64_t>(r + 1) * (i % 7 + r);
+          if (out[i] != want && wrong++ < 3)
+            ADD_FAILURE() << "rank " << rank << " count " << count << " element " << i << ": "
+                          << out[i] << " != " << want;
+        }
+        EXPECT_EQ(wrong, 0u);
+      }
+    }
+  });
+}
+
 std::string configName(const ::testing::TestParamInfo<Config>& info) {
   return std::string(chorus_test::modeName(std::get<0>(info.param))) +
          (std::get<1>(info.param) ? "_tcp_" : "_shm_") + std::to_string(std::get<2>(info.param)) +

@@ -9,12 +9,14 @@
 
 #include <algorithm>
 #include <deque>
+#include <functional>
 #include <map>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "algorithms/double_binary_tree.h"
+#include "algorithms/topo_graph.h"
 #include "algorithms/tree_allreduce.h"
 
 namespace chorus {
@@ -55,11 +57,13 @@ Value everyRank(int n, size_t i) {
   return v;
 }
 
-void runCase(int n, size_t count, size_t chunk, int slots) {
+using NodeOf = std::function<TreeNode(int rank, int tree)>;
+
+void runCase(int n, size_t count, size_t chunk, int slots, const NodeOf& nodeOf) {
   std::vector<std::vector<Step>> plans(n);
   std::vector<TreeNode> nodes[kNumTrees];
   for (int t = 0; t < kNumTrees; ++t)
-    for (int r = 0; r < n; ++r) nodes[t].push_back(treeNode(n, r, t));
+    for (int r = 0; r < n; ++r) nodes[t].push_back(nodeOf(r, t));
   for (int r = 0; r < n; ++r) {
     TreeAllReduceShape s{};
     s.count = count;
@@ -152,7 +156,41 @@ TEST(TreePlans, EveryElementGetsOneContributionFromEachRankWithoutDeadlock) {
     for (size_t count : {size_t(0), size_t(1), size_t(2), size_t(3), size_t(7), size_t(17),
                          size_t(31), size_t(100), size_t(257)})
       for (size_t chunk : {size_t(1), size_t(3), size_t(8), size_t(64)})
-        for (int slots : {2, 3, 8}) runCase(n, count, chunk, slots);
+        for (int slots : {2, 3, 8})
+          runCase(n, count, chunk, slots, [n](int r, int t) { return treeNode(n, r, t); });
+}
+
+// Trees across hosts with chains inside each host (topo_graph.h), for several host shapes and
+// placements of ranks on hosts.
+TEST(TreePlans, HostTreesGiveEveryElementOneContributionFromEachRank) {
+  const std::vector<std::vector<int>> hostSizes = {{2, 2},    {2, 2, 2, 2},          {3, 1, 2},
+                                                   {1, 4, 1}, {2, 2, 2, 2, 2, 2, 2}, {5, 5, 5}};
+  for (const auto& sizes : hostSizes) {
+    for (bool interleaved : {false, true}) {
+      int n = 0;
+      for (int k : sizes) n += k;
+      // Host of each rank: contiguous blocks, or dealt round-robin over the hosts with room.
+      std::vector<uint64_t> hostOf(n);
+      std::vector<int> left = sizes;
+      for (int r = 0, h = 0; r < n; ++r) {
+        if (!interleaved) {
+          while (left[h] == 0) ++h;
+        } else {
+          while (left[h % sizes.size()] == 0) ++h;
+          h %= static_cast<int>(sizes.size());
+        }
+        hostOf[r] = 100 + h;
+        --left[h];
+        if (interleaved) ++h;
+      }
+      auto hosts = groupRanksByHost(hostOf);
+      for (size_t count : {size_t(1), size_t(7), size_t(100)})
+        for (size_t chunk : {size_t(1), size_t(8)})
+          for (int slots : {2, 8})
+            runCase(n, count, chunk, slots,
+                    [&hosts](int r, int t) { return hostTreeNode(hosts, r, t); });
+    }
+  }
 }
 
 }  // namespace
