@@ -27,6 +27,9 @@ struct PeerInfo {
   int32_t cpus;              // CPU cores this process may run on
   uint64_t nonce;            // random; rank 0's names the communicator
   sockaddr_storage address;  // the interface the bootstrap chose (data listeners bind here)
+  char ifname[16];           // that interface's name ("" when unknown)
+  int32_t ifSpeedMbps;       // its link speed from /sys (-1 unknown)
+  int32_t numaNode;          // NUMA node of the first CPU this process may run on (-1 unknown)
 };
 
 // Receives errors found off the calling thread (the proxy), e.g. a peer that went away.

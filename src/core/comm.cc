@@ -8,8 +8,10 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "algorithms/cost_model.h"
 #include "algorithms/topo_graph.h"
 #include "common/param.h"
+#include "core/topo_report.h"
 #include "topo/host_id.h"
 #include "transport/shm/direct_region.h"
 
@@ -121,6 +123,7 @@ Status Communicator::init(const UniqueIdInfo& id) {
   me.cpus = usableCpus();
   me.nonce = randomNonce();
   me.address = bootstrap_->localAddress();
+  describeLocalPlacement(me.address, &me);
   CHORUS_TRY(bootstrap_->allGather(peers_.data(), sizeof(PeerInfo)));
   for (int r = 0; r < nranks_; ++r) {
     if (peers_[r].rank != r)
@@ -352,6 +355,21 @@ Status Communicator::destroyOp(int op) {
     return invalidArgument("op %d is not a live operator created on this communicator", op);
   userOps_[index].live = false;
   return Status::ok();
+}
+
+std::string Communicator::topologyReport(bool dot) const {
+  TopoReportInput in;
+  in.peers = &peers_;
+  in.hosts = &hosts_;
+  in.ring = &ringRanks_;
+  for (int t = 0; t < kNumTrees; ++t) {
+    std::vector<int> parent(nranks_);
+    for (int r = 0; r < nranks_; ++r) parent[r] = hostTreeNode(hosts_, r, t).parent;
+    in.treeParent.push_back(parent);
+  }
+  in.shmGBps = costModel().shmGBps;
+  in.netGBps = costModel().netGBps;
+  return dot ? topologyDot(in) : topologyText(in);
 }
 
 Decision Communicator::decide(Collective coll, size_t bytes) const {

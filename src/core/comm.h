@@ -64,6 +64,9 @@ class Communicator final : public ErrorSink {
   // What the selector picks for one call of coll moving `bytes` (the nccl-tests size).
   Decision decide(Collective coll, size_t bytes) const;
   const TuningInfo& tuningInfo() const { return tuning_; }
+  // Hosts, the transport and bandwidth between every pair of ranks, the ring and both trees:
+  // text like `nvidia-smi topo -m`, or Graphviz DOT.
+  std::string topologyReport(bool dot) const;
   // Runs a group's point-to-point ops, connecting to new peers first.
   Status p2p(const std::vector<P2pOp>& ops);
 

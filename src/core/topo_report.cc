@@ -1,0 +1,179 @@
+#include "core/topo_report.h"
+
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <sched.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "common/socket.h"
+#include "common/status.h"
+
+namespace chorus {
+
+namespace {
+
+bool sameAddress(const sockaddr* a, const sockaddr_storage& b) {
+  if (a == nullptr || a->sa_family != b.ss_family) return false;
+  if (a->sa_family == AF_INET)
+    return memcmp(&reinterpret_cast<const sockaddr_in*>(a)->sin_addr,
+                  &reinterpret_cast<const sockaddr_in*>(&b)->sin_addr, sizeof(in_addr)) == 0;
+  if (a->sa_family == AF_INET6)
+    return memcmp(&reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr,
+                  &reinterpret_cast<const sockaddr_in6*>(&b)->sin6_addr, sizeof(in6_addr)) == 0;
+  return false;
+}
+
+int readInt(const std::string& path, int fallback) {
+  std::ifstream f(path);
+  long v = 0;
+  if (!(f >> v)) return fallback;
+  return static_cast<int>(v);
+}
+
+// Mb/s of a link: the speed, or -1 when the link does not say (virtual links report -1 too).
+int linkSpeed(const std::vector<PeerInfo>& peers, int a, int b) {
+  int sa = peers[a].ifSpeedMbps, sb = peers[b].ifSpeedMbps;
+  if (sa <= 0) return sb;
+  if (sb <= 0) return sa;
+  return sa < sb ? sa : sb;
+}
+
+const char* linkKind(const std::vector<PeerInfo>& peers, int a, int b) {
+  if (a == b) return "X";
+  return useShm(peers[a], peers[b]) ? "SHM" : "NET";
+}
+
+double linkGBps(const TopoReportInput& in, int a, int b) {
+  const std::vector<PeerInfo>& peers = *in.peers;
+  if (a == b) return 0;
+  if (useShm(peers[a], peers[b])) return in.shmGBps;
+  int mbps = linkSpeed(peers, a, b);
+  return mbps > 0 ? mbps / 8000.0 : in.netGBps;
+}
+
+int hostOf(const TopoReportInput& in, int rank) {
+  for (size_t h = 0; h < in.hosts->size(); ++h)
+    for (int r : (*in.hosts)[h])
+      if (r == rank) return static_cast<int>(h);
+  return -1;
+}
+
+}  // namespace
+
+void describeLocalPlacement(const sockaddr_storage& address, PeerInfo* me) {
+  memset(me->ifname, 0, sizeof(me->ifname));
+  me->ifSpeedMbps = -1;
+  me->numaNode = -1;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) == 0) {
+    for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_name != nullptr && sameAddress(i->ifa_addr, address)) {
+        snprintf(me->ifname, sizeof(me->ifname), "%s", i->ifa_name);
+        break;
+      }
+    }
+    freeifaddrs(list);
+  }
+  if (me->ifname[0] != '\0')
+    me->ifSpeedMbps = readInt(std::string("/sys/class/net/") + me->ifname + "/speed", -1);
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (!CPU_ISSET(cpu, &set)) continue;
+      for (int node = 0; node < 64 && me->numaNode < 0; ++node) {
+        std::ifstream f("/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/node" +
+                        std::to_string(node) + "/cpulist");
+        if (f.good()) me->numaNode = node;
+      }
+      break;
+    }
+  }
+}
+
+std::string topologyText(const TopoReportInput& in) {
+  const std::vector<PeerInfo>& peers = *in.peers;
+  const int n = static_cast<int>(peers.size());
+  std::string out = formatString("# %d rank%s on %zu host%s\n", n, n == 1 ? "" : "s",
+                                 in.hosts->size(), in.hosts->size() == 1 ? "" : "s");
+  for (size_t h = 0; h < in.hosts->size(); ++h) {
+    out += formatString("host %zu (id %016llx):", h,
+                        static_cast<unsigned long long>(peers[(*in.hosts)[h][0]].hostId));
+    for (int r : (*in.hosts)[h]) {
+      const PeerInfo& p = peers[r];
+      out += formatString(" rank %d (pid %d, numa %d, %s %s%s)", r, p.pid, p.numaNode,
+                          p.ifname[0] ? p.ifname : "?", addressToString(p.address).c_str(),
+                          p.ifSpeedMbps > 0 ? formatString(" %d Mb/s", p.ifSpeedMbps).c_str() : "");
+      out += ";";
+    }
+    out += "\n";
+  }
+  out += "\n# transport between ranks (X: self, SHM: shared memory, NET: TCP sockets)\n      ";
+  for (int b = 0; b < n; ++b) out += formatString("%6s", formatString("r%d", b).c_str());
+  out += "\n";
+  for (int a = 0; a < n; ++a) {
+    out += formatString("%-6s", formatString("r%d", a).c_str());
+    for (int b = 0; b < n; ++b) out += formatString("%6s", linkKind(peers, a, b));
+    out += "\n";
+  }
+  out += "\n# expected bandwidth between ranks, GB/s (NET: link speed when known)\n      ";
+  for (int b = 0; b < n; ++b) out += formatString("%6s", formatString("r%d", b).c_str());
+  out += "\n";
+  for (int a = 0; a < n; ++a) {
+    out += formatString("%-6s", formatString("r%d", a).c_str());
+    for (int b = 0; b < n; ++b)
+      out += a == b ? formatString("%6s", "-") : formatString("%6.1f", linkGBps(in, a, b));
+    out += "\n";
+  }
+  const std::vector<int>& ring = *in.ring;
+  int crossings = 0;
+  out += "\n# ring (every channel):";
+  for (size_t i = 0; i < ring.size(); ++i) {
+    out += formatString(" %d", ring[i]);
+    crossings += hostOf(in, ring[i]) != hostOf(in, ring[(i + 1) % ring.size()]);
+  }
+  out +=
+      formatString("  (crosses between hosts %d time%s)\n", crossings, crossings == 1 ? "" : "s");
+  for (size_t t = 0; t < in.treeParent.size(); ++t) {
+    int cross = 0;
+    out += formatString("# tree %zu (rank<-parent):", t);
+    for (int r = 0; r < n; ++r) {
+      int p = in.treeParent[t][r];
+      out += p < 0 ? formatString(" %d<-root", r) : formatString(" %d<-%d", r, p);
+      if (p >= 0) cross += hostOf(in, r) != hostOf(in, p);
+    }
+    out += formatString("  (%d edge%s between hosts)\n", cross, cross == 1 ? "" : "s");
+  }
+  return out;
+}
+
+std::string topologyDot(const TopoReportInput& in) {
+  const std::vector<PeerInfo>& peers = *in.peers;
+  std::string out = "digraph chorus {\n  node [shape=box];\n";
+  for (size_t h = 0; h < in.hosts->size(); ++h) {
+    out += formatString("  subgraph cluster_host%zu {\n    label=\"host %zu\";\n", h, h);
+    for (int r : (*in.hosts)[h])
+      out += formatString("    r%d [label=\"rank %d\\n%s\"];\n", r, r,
+                          peers[r].ifname[0] ? peers[r].ifname : "");
+    out += "  }\n";
+  }
+  const std::vector<int>& ring = *in.ring;
+  for (size_t i = 0; ring.size() > 1 && i < ring.size(); ++i) {
+    int a = ring[i], b = ring[(i + 1) % ring.size()];
+    out += formatString("  r%d -> r%d [color=blue, label=\"ring %s\"];\n", a, b,
+                        linkKind(peers, a, b));
+  }
+  static const char* colors[] = {"darkgreen", "red"};
+  for (size_t t = 0; t < in.treeParent.size() && t < 2; ++t)
+    for (size_t r = 0; r < in.treeParent[t].size(); ++r)
+      if (in.treeParent[t][r] >= 0)
+        out += formatString("  r%d -> r%zu [color=%s, style=dashed, label=\"tree %zu\"];\n",
+                            in.treeParent[t][r], r, colors[t], t);
+  out += "}\n";
+  return out;
+}
+
+}  // namespace chorus
