@@ -46,7 +46,12 @@ double stepUs(const TuningInfo& info, const CostModel& m) {
 double ringGBps(const TuningInfo& info, const CostModel& m, int nchannels) {
   double cores = std::floor(info.coresPerRank);
   double parallel = std::fmax(1.0, std::fmin(static_cast<double>(nchannels), cores));
-  if (usesNetwork(info)) return std::fmin(parallel * m.netGBps, m.netMaxGBps) * cpuShare(info);
+  if (usesNetwork(info)) {
+    // One stream reaches the model's figure at most; the link caps all of them together.
+    double link = info.netLinkGBps > 0 ? info.netLinkGBps : m.netMaxGBps;
+    double stream = std::fmin(m.netGBps, link);
+    return std::fmin(parallel * stream, std::fmin(link, m.netMaxGBps)) * cpuShare(info);
+  }
   return std::fmin(parallel * m.shmGBps, m.shmMaxGBps) * cpuShare(info);
 }
 

@@ -22,9 +22,10 @@ struct TuningInfo {
   bool shm = true;              // ranks on one host talk through shared memory
   bool directPossible = false;  // every rank on one host with shared memory
   size_t directChunkBytes = 256 * 1024;  // staging bytes per rank of the direct algorithms
-  AlgorithmMask allowed;                 // CHORUS_ALGO
-  int minChannels = 1;                   // CHORUS_MIN_CHANNELS
-  int maxChannels = kMaxChannels;        // CHORUS_MAX_CHANNELS
+  double netLinkGBps = 0;  // slowest network link between hosts when known (else the model's)
+  AlgorithmMask allowed;   // CHORUS_ALGO
+  int minChannels = 1;     // CHORUS_MIN_CHANNELS
+  int maxChannels = kMaxChannels;  // CHORUS_MAX_CHANNELS
 };
 
 struct Prediction {

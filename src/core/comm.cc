@@ -165,6 +165,13 @@ Status Communicator::init(const UniqueIdInfo& id) {
     tuning_.coresPerRank = std::min(tuning_.coresPerRank, static_cast<double>(cpus) / local);
   }
   tuning_.shm = !anyShmDisabled;
+  // The topology's figure for the network: the slowest link speed any rank reported.
+  if (tuning_.nnodes > 1 || anyShmDisabled) {
+    int slowest = 0;
+    for (const PeerInfo& p : peers_)
+      if (p.ifSpeedMbps > 0 && (slowest == 0 || p.ifSpeedMbps < slowest)) slowest = p.ifSpeedMbps;
+    if (slowest > 0) tuning_.netLinkGBps = slowest / 8000.0;
+  }
   tuning_.directPossible = tuning_.nnodes == 1 && !anyShmDisabled && nranks_ > 1;
   // Rings and trees keep each host's ranks together.
   std::vector<uint64_t> hostOfRank(nranks_);
