@@ -1,0 +1,71 @@
+#!/bin/bash
+# Command-line behaviour of the tools and the TUNING log: chorus-tune prints decision tables and
+# refuses bad overrides, a communicator logs each (collective, size class) decision once, a bad
+# CHORUS_ALGO fails init with a message naming it, and chorus-topo --comm describes the ring and
+# trees of a communicator.
+# usage: check_tools.sh <chorusrun> <chorus-tune> <chorus-topo> <all_reduce_perf>
+set -u
+run=$1 tune=$2 topo=$3 perf=$4
+failures=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+check() {  # description, command status (0 = pass)
+  if [ "$2" -eq 0 ]; then echo "PASS $1"; else echo "FAIL $1"; failures=$((failures + 1)); fi
+}
+
+# chorus-tune: one row per size with a choice; predictions for every algorithm column.
+"$tune" -n 4 -b 8 -e 1M -f 4 > "$tmp/tune.txt" 2>&1
+rows=$(grep -cE '^ +[0-9]+ +(ring|tree|oneshot|twoshot) ' "$tmp/tune.txt")
+check "chorus-tune prints 9 rows for 8 B..1 MiB step 4 (got $rows)" $([ "$rows" -eq 9 ]; echo $?)
+"$tune" -n 8 -N 4 -c all -b 1K -e 1K > "$tmp/tune_all.txt" 2>&1
+heads=$(grep -c '^# [A-Za-z]*: 8 ranks on 4 host' "$tmp/tune_all.txt")
+check "chorus-tune --coll all prints five tables (got $heads)" $([ "$heads" -eq 5 ]; echo $?)
+CHORUS_ALGO=tree,bogus "$tune" > "$tmp/bad.txt" 2>&1
+status=$?
+check "chorus-tune refuses CHORUS_ALGO=tree,bogus (exit $status)" \
+  $([ $status -eq 2 ] && grep -q 'CHORUS_ALGO=tree,bogus.*"bogus"' "$tmp/bad.txt"; echo $?)
+CHORUS_MIN_CHANNELS=4 CHORUS_MAX_CHANNELS=2 "$tune" > "$tmp/bad2.txt" 2>&1
+status=$?
+check "chorus-tune refuses MIN_CHANNELS > MAX_CHANNELS (exit $status)" \
+  $([ $status -eq 2 ] && grep -q 'CHORUS_MIN_CHANNELS=4 exceeds CHORUS_MAX_CHANNELS=2' "$tmp/bad2.txt"; echo $?)
+CHORUS_ALGO=tree "$tune" -n 4 -b 8 -e 8 > "$tmp/tree.txt" 2>&1
+check "CHORUS_ALGO=tree wins over the model in chorus-tune" \
+  $(grep -qE '^ +8 +tree ' "$tmp/tree.txt"; echo $?)
+
+# TUNING log: sizes 8..15 step 1 share one size class, 16 and 32 are new ones; every size runs
+# warm-up and timed iterations, yet each class is logged once.
+CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=TUNING timeout 120 "$run" -n 2 "$perf" -b 8 -e 15 -i 1 \
+  -c 1 > "$tmp/log1.txt" 2>&1
+CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=TUNING timeout 120 "$run" -n 2 "$perf" -b 16 -e 32 -f 2 \
+  -c 1 > "$tmp/log2.txt" 2>&1
+n8=$(grep -c 'AllReduce 8 B class' "$tmp/log1.txt")
+n16=$(grep -c 'AllReduce 16 B class' "$tmp/log2.txt")
+n32=$(grep -c 'AllReduce 32 B class' "$tmp/log2.txt")
+check "one TUNING line per size class (8 B: $n8, 16 B: $n16, 32 B: $n32)" \
+  $([ "$n8" -eq 1 ] && [ "$n16" -eq 1 ] && [ "$n32" -eq 1 ]; echo $?)
+check "TUNING lines give the choice and every alternative's prediction" \
+  $(grep -qE 'AllReduce 8 B class \([0-9]+ B\): [a-z]+.*predicted [0-9.]+ us; alternatives: ring/1 [0-9.]+ us, tree [0-9.]+ us, oneshot [0-9.]+ us, twoshot [0-9.]+ us' "$tmp/log1.txt"; echo $?)
+check "TUNING lines come from rank 0 only" \
+  $(! grep -q '^\[1\].*AllReduce .* class' "$tmp/log1.txt"; echo $?)
+
+# A bad override fails init, naming the variable.
+NCCL_ALGO=ringg timeout 120 "$run" -n 2 "$perf" -b 8 -e 8 > "$tmp/badinit.txt" 2>&1
+status=$?
+check "NCCL_ALGO=ringg fails the run (exit $status) naming NCCL_ALGO" \
+  $([ $status -ne 0 ] && grep -q 'NCCL_ALGO=ringg' "$tmp/badinit.txt"; echo $?)
+
+# chorus-topo --comm: the matrices, the ring and both trees of a 3-rank communicator.
+timeout 120 "$run" -n 3 "$topo" --comm > "$tmp/topo.txt" 2>&1
+check "chorus-topo --comm prints the ring and both trees" \
+  $(grep -q 'ring (every channel): 0 1 2 ' "$tmp/topo.txt" && grep -q 'tree 0 ' "$tmp/topo.txt" \
+    && grep -q 'tree 1 ' "$tmp/topo.txt" && grep -qE '^\[0\] r1 +SHM +X +SHM' "$tmp/topo.txt"; echo $?)
+timeout 120 "$run" -n 2 "$topo" --comm --dot > "$tmp/topo.dot" 2>&1
+check "chorus-topo --comm --dot prints a digraph" \
+  $(grep -q 'digraph chorus' "$tmp/topo.dot" && grep -q 'r0 -> r1' "$tmp/topo.dot"; echo $?)
+
+if [ $failures -ne 0 ]; then
+  echo "---- outputs"
+  for f in "$tmp"/*; do echo "== $f"; tail -20 "$f"; done
+  exit 1
+fi
+exit 0
