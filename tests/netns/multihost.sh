@@ -37,6 +37,7 @@ usage() {
 
 [ $# -ge 1 ] || usage
 readonly PERF_DIR="$1/perf"
+readonly TOPO_EXE="$1/tools/chorus-topo"
 shift
 HOST_COUNTS=("$@")
 [ ${#HOST_COUNTS[@]} -gt 0 ] || HOST_COUNTS=(4 2)
@@ -178,7 +179,9 @@ start_rank() {
   local dir=$1 r=$2 hosts=$3 placement=$4 tool=$5 limit=$6
   shift 6
   local nranks=$((hosts * RANKS_PER_HOST)) status
-  local h
+  local h exe=("$PERF_DIR/$tool" "${PERF_ARGS[@]}")
+  # chorus-topo instead of a perf tool: print the communicator's topology.
+  [ "$tool" != chorus-topo ] || exe=("$TOPO_EXE" --comm)
   h=$(host_of "$r" "$hosts" "$placement")
   ip netns exec "$(host_ns "$h")" env \
     CHORUS_RANK="$r" CHORUS_NRANKS="$nranks" \
@@ -189,7 +192,7 @@ start_rank() {
     CHORUS_INIT_TIMEOUT="${CHORUS_INIT_TIMEOUT:-60}" CHORUS_TIMEOUT="${CHORUS_TIMEOUT:-60}" \
     CHORUS_SPIN_COUNT="${CHORUS_SPIN_COUNT:-200}" \
     "$@" \
-    timeout -k 5 "$limit" "$PERF_DIR/$tool" "${PERF_ARGS[@]}" \
+    timeout -k 5 "$limit" "${exe[@]}" \
     </dev/null >"$dir/$r.out" 2>"$dir/$r.err" &
   echo "$!" >"$dir/$r.pid"
   if wait "$!" 2>/dev/null; then status=0; else status=$?; fi
@@ -420,6 +423,27 @@ for hosts in "${HOST_COUNTS[@]}"; do
   fi
 
   [ "$hosts" -eq "$MAX_HOSTS" ] || continue
+
+  # chorus-topo across the hosts, interleaved placement: the matrices show shared memory inside
+  # a host and sockets across, and the ring and trees cross between hosts the fewest times.
+  name="$prefix-chorus-topo-interleaved"
+  dir="$WORK_DIR/$name"
+  if run_ranks "$dir" "$hosts" interleaved chorus-topo "$RANK_TIMEOUT" success; then
+    echo "==== chorus-topo --comm on $hosts hosts, ranks dealt round-robin over the hosts"
+    cat "$dir/0.out"
+    echo "===="
+    if grep -q "^# $((hosts * RANKS_PER_HOST)) ranks on $hosts hosts" "$dir/0.out" &&
+      grep -q "(crosses between hosts $hosts times)" "$dir/0.out" &&
+      [ "$(grep -c "($((hosts - 1)) edges between hosts)" "$dir/0.out")" -eq 2 ] &&
+      grep -qE '^r0 +X +NET +NET +NET +SHM' "$dir/0.out"; then
+      record PASS "$name" "ring crosses $hosts times, each tree $((hosts - 1)) edges between hosts"
+    else
+      record FAIL "$name" "unexpected report (printed above)"
+    fi
+  else
+    record FAIL "$name run" "a rank exited non-zero"
+    show_ranks "$dir" $((hosts * RANKS_PER_HOST))
+  fi
 
   for algo in tree ring; do
     name="$prefix-all_reduce_perf-$algo"
