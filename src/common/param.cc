@@ -58,6 +58,11 @@ const std::vector<ParamDef> kParams = {
     {"STEPS", ParamType::kInt, "8", "Slots per connector FIFO", false},
     {"SPIN_COUNT", ParamType::kInt, "2000",
      "Polls of a FIFO counter before a waiting thread sleeps in the kernel until woken", false},
+    // Topology
+    {"TOPO_FILE", ParamType::kString, "",
+     "Read the local topology from this Chorus JSON topology file instead of detecting it", true},
+    {"TOPO_DUMP_FILE", ParamType::kString, "",
+     "Write the detected (or loaded) local topology to this file as Chorus topology JSON", true},
     // Algorithm selection (the cost model picks when these are unset)
     {"ALGO", ParamType::kString, "",
      "Algorithms the selector may use: comma list of ring, tree, oneshot, twoshot, direct "
