@@ -87,4 +87,42 @@ TreeNode hostTreeNode(const std::vector<std::vector<int>>& hosts, int rank, int 
   return node;
 }
 
+namespace {
+
+// Closeness of two GPUs: NVLinks first, then the PCIe path (PIX best); larger is closer.
+int gpuCloseness(const LocalTopology& topo, int a, int b) {
+  const Gpu& ga = topo.gpus[a];
+  int links = b < static_cast<int>(ga.nvlinks.size()) ? ga.nvlinks[b] : 0;
+  if (nvlinkConnected(topo, a, b)) links = std::max(links, 1);
+  PciDistance d = pciDistance(topo, ga.pciBusId, topo.gpus[b].pciBusId);
+  int path =
+      d == PciDistance::kUnknown ? 0 : static_cast<int>(PciDistance::kSys) - static_cast<int>(d);
+  return links * 16 + path;
+}
+
+}  // namespace
+
+std::vector<int> localRingOrder(const LocalTopology& topo) {
+  std::vector<int> order;
+  const int ngpus = static_cast<int>(topo.gpus.size());
+  if (ngpus == 0) {
+    for (const NumaNode& n : topo.numaNodes) order.push_back(n.osIndex);
+    return order;
+  }
+  std::vector<bool> used(ngpus, false);
+  int current = 0;
+  for (int step = 0; step < ngpus; ++step) {
+    order.push_back(current);
+    used[current] = true;
+    int best = -1;
+    for (int g = 0; g < ngpus; ++g)
+      if (!used[g] &&
+          (best < 0 || gpuCloseness(topo, current, g) > gpuCloseness(topo, current, best)))
+        best = g;
+    if (best < 0) break;
+    current = best;
+  }
+  return order;
+}
+
 }  // namespace chorus

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "algorithms/double_binary_tree.h"
+#include "topo/topology.h"
 
 namespace chorus {
 
@@ -22,5 +23,10 @@ std::vector<int> hostContiguousRing(const std::vector<std::vector<int>>& hosts);
 // Tree 1 runs each host's chain in reverse, so different ranks face the network in the two
 // trees. With one rank per host, or one host, this is the plain double binary tree over ranks.
 TreeNode hostTreeNode(const std::vector<std::vector<int>>& hosts, int rank, int tree);
+
+// The devices of one host in ring order, for one rank per device: GPUs when the host has any
+// (each next GPU the closest unvisited one: most NVLinks, then the shortest PCIe path), else
+// NUMA nodes in order. Returns indices into topo.gpus, or NUMA node OS indices.
+std::vector<int> localRingOrder(const LocalTopology& topo);
 
 }  // namespace chorus

@@ -137,9 +137,9 @@ Result<UniqueIdInfo> startRoot(Listener listener, const std::string& where) {
 
 Result<UniqueIdInfo> createUniqueId() {
   if (commIdFromEnvironment()) return uniqueIdFromEnvironment();
-  Result<std::vector<NetInterface>> ifaces = findInterfaces();
+  Result<std::vector<InterfaceAddress>> ifaces = findInterfaces();
   if (!ifaces.isOk()) return ifaces.status().withContext("ncclGetUniqueId");
-  const NetInterface& iface = ifaces.value().front();
+  const InterfaceAddress& iface = ifaces.value().front();
   SocketAddress bindAddress(iface.addr);
   bindAddress.setPort(0);
   Result<Listener> listener = Listener::open(bindAddress);

@@ -409,16 +409,16 @@ Result<Socket> connectSocket(const SocketAddress& address, const Waiter& waiter,
 // ---------------------------------------------------------------------------------------------
 // Interfaces
 
-Result<std::vector<NetInterface>> listInterfaces() {
+Result<std::vector<InterfaceAddress>> listInterfaces() {
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return errnoError(errno, "getifaddrs");
   std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> guard(list, freeifaddrs);
-  std::vector<NetInterface> out;
+  std::vector<InterfaceAddress> out;
   for (const ifaddrs* ifa = list; ifa != nullptr; ifa = ifa->ifa_next) {
     if (ifa->ifa_addr == nullptr || (ifa->ifa_flags & IFF_UP) == 0) continue;
     int family = ifa->ifa_addr->sa_family;
     if (family != AF_INET && family != AF_INET6) continue;
-    NetInterface n;
+    InterfaceAddress n;
     n.name = ifa->ifa_name;
     n.family = family;
     socklen_t len = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
@@ -470,9 +470,9 @@ Result<int> parseFamily(const std::string& value, const std::string& source) {
   return invalidArgument("%s=\"%s\" is not AF_INET or AF_INET6", source.c_str(), v);
 }
 
-std::string availableNames(const std::vector<NetInterface>& all) {
+std::string availableNames(const std::vector<InterfaceAddress>& all) {
   std::vector<std::string> names;
-  for (const NetInterface& n : all)
+  for (const InterfaceAddress& n : all)
     if (std::find(names.begin(), names.end(), n.name) == names.end()) names.push_back(n.name);
   std::string out;
   for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
@@ -481,14 +481,14 @@ std::string availableNames(const std::vector<NetInterface>& all) {
 
 }  // namespace
 
-Result<std::vector<NetInterface>> selectInterfaces(const std::vector<NetInterface>& all,
-                                                   const std::string& ifname,
-                                                   const std::string& ifnameSource,
-                                                   const std::string& family,
-                                                   const std::string& familySource) {
+Result<std::vector<InterfaceAddress>> selectInterfaces(const std::vector<InterfaceAddress>& all,
+                                                       const std::string& ifname,
+                                                       const std::string& ifnameSource,
+                                                       const std::string& family,
+                                                       const std::string& familySource) {
   CHORUS_ASSIGN_OR_RETURN(int fam, parseFamily(family, familySource));
-  std::vector<NetInterface> matched;
-  for (const NetInterface& n : all) {
+  std::vector<InterfaceAddress> matched;
+  for (const InterfaceAddress& n : all) {
     if (fam != AF_UNSPEC && n.family != fam) continue;
     if (!ifname.empty()) {
       if (!matchesFilter(n.name, ifname)) continue;
@@ -498,7 +498,7 @@ Result<std::vector<NetInterface>> selectInterfaces(const std::vector<NetInterfac
     matched.push_back(n);
   }
   if (matched.empty() && ifname.empty()) {
-    for (const NetInterface& n : all)
+    for (const InterfaceAddress& n : all)
       if (n.loopback && (fam == AF_UNSPEC || n.family == fam)) matched.push_back(n);
   }
   if (matched.empty()) {
@@ -517,24 +517,25 @@ Result<std::vector<NetInterface>> selectInterfaces(const std::vector<NetInterfac
     return systemError("no network interface with an IPv4 or IPv6 address is up");
   }
   // One address per interface, IPv4 preferred; loopback last so an exclude list picks a NIC.
-  std::vector<NetInterface> out;
-  for (const NetInterface& n : matched) {
+  std::vector<InterfaceAddress> out;
+  for (const InterfaceAddress& n : matched) {
     auto same = std::find_if(out.begin(), out.end(),
-                             [&](const NetInterface& o) { return o.name == n.name; });
+                             [&](const InterfaceAddress& o) { return o.name == n.name; });
     if (same == out.end())
       out.push_back(n);
     else if (same->family != AF_INET && n.family == AF_INET)
       *same = n;
   }
-  std::stable_sort(out.begin(), out.end(), [](const NetInterface& a, const NetInterface& b) {
-    if (a.loopback != b.loopback) return !a.loopback;
-    return a.family == AF_INET && b.family != AF_INET;
-  });
+  std::stable_sort(out.begin(), out.end(),
+                   [](const InterfaceAddress& a, const InterfaceAddress& b) {
+                     if (a.loopback != b.loopback) return !a.loopback;
+                     return a.family == AF_INET && b.family != AF_INET;
+                   });
   return out;
 }
 
-Result<std::vector<NetInterface>> findInterfaces() {
-  CHORUS_ASSIGN_OR_RETURN(std::vector<NetInterface> all, listInterfaces());
+Result<std::vector<InterfaceAddress>> findInterfaces() {
+  CHORUS_ASSIGN_OR_RETURN(std::vector<InterfaceAddress> all, listInterfaces());
   ParamValue ifname = paramRaw("SOCKET_IFNAME");
   ParamValue family = paramRaw("SOCKET_FAMILY");
   return selectInterfaces(all, ifname.isSet ? ifname.value : "", ifname.source,
@@ -543,7 +544,7 @@ Result<std::vector<NetInterface>> findInterfaces() {
 
 namespace {
 
-bool sameSubnet(const NetInterface& n, const sockaddr_storage& remote) {
+bool sameSubnet(const InterfaceAddress& n, const sockaddr_storage& remote) {
   if (n.family != remote.ss_family) return false;
   const unsigned char* a;
   const unsigned char* m;
@@ -570,26 +571,26 @@ bool sameSubnet(const NetInterface& n, const sockaddr_storage& remote) {
 
 }  // namespace
 
-Result<NetInterface> findInterfaceReaching(const sockaddr_storage& remote) {
-  CHORUS_ASSIGN_OR_RETURN(std::vector<NetInterface> all, listInterfaces());
+Result<InterfaceAddress> findInterfaceReaching(const sockaddr_storage& remote) {
+  CHORUS_ASSIGN_OR_RETURN(std::vector<InterfaceAddress> all, listInterfaces());
   ParamValue ifname = paramRaw("SOCKET_IFNAME");
   ParamValue family = paramRaw("SOCKET_FAMILY");
-  std::vector<NetInterface> candidates = all;
+  std::vector<InterfaceAddress> candidates = all;
   if (ifname.isSet || family.isSet) {
     CHORUS_ASSIGN_OR_RETURN(candidates,
                             selectInterfaces(all, ifname.isSet ? ifname.value : "", ifname.source,
                                              family.isSet ? family.value : "", family.source));
   }
   // A rendezvous at one of our own addresses is reached through that very interface.
-  for (const NetInterface& n : candidates) {
+  for (const InterfaceAddress& n : candidates) {
     SocketAddress mine(n.addr);
     SocketAddress theirs(remote);
     theirs.setPort(0);
     if (mine == theirs) return n;
   }
-  for (const NetInterface& n : candidates)
+  for (const InterfaceAddress& n : candidates)
     if (sameSubnet(n, remote)) return n;
-  CHORUS_ASSIGN_OR_RETURN(std::vector<NetInterface> selected, findInterfaces());
+  CHORUS_ASSIGN_OR_RETURN(std::vector<InterfaceAddress> selected, findInterfaces());
   return selected.front();
 }
 

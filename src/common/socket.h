@@ -131,7 +131,7 @@ Result<Socket> connectSocket(const SocketAddress& address, const Waiter& waiter,
 Status pollFd(int fd, short events, const Waiter& waiter, const std::string& what);
 
 // One address of a network interface that is up.
-struct NetInterface {
+struct InterfaceAddress {
   std::string name;          // "eth0"
   sockaddr_storage addr;     // the interface's address (port 0)
   sockaddr_storage netmask;  // its netmask, same family
@@ -140,25 +140,25 @@ struct NetInterface {
 };
 
 // Every up interface address, except IPv6 link-local ones, in getifaddrs order.
-Result<std::vector<NetInterface>> listInterfaces();
+Result<std::vector<InterfaceAddress>> listInterfaces();
 
 // Applies the interface selection rules to a list (see findInterfaces). ifname and family are
 // the raw parameter values, ifnameSource/familySource the variable names used in errors.
-Result<std::vector<NetInterface>> selectInterfaces(const std::vector<NetInterface>& all,
-                                                   const std::string& ifname,
-                                                   const std::string& ifnameSource,
-                                                   const std::string& family,
-                                                   const std::string& familySource);
+Result<std::vector<InterfaceAddress>> selectInterfaces(const std::vector<InterfaceAddress>& all,
+                                                       const std::string& ifname,
+                                                       const std::string& ifnameSource,
+                                                       const std::string& family,
+                                                       const std::string& familySource);
 
 // The interfaces Chorus may use, best first, at most one address per interface (IPv4 preferred).
 // SOCKET_IFNAME: comma list of name prefixes; "^" in front excludes them; "=" in front (after a
 // possible "^") makes them exact names. SOCKET_FAMILY: AF_INET or AF_INET6. Unset: everything but
 // lo, docker* and virbr*, IPv4 interfaces first; loopback when nothing else is up. A filter that
 // matches nothing is kInvalidArgument naming the variable and the interfaces available.
-Result<std::vector<NetInterface>> findInterfaces();
+Result<std::vector<InterfaceAddress>> findInterfaces();
 
 // The local interface in the same subnet as remote (for a rendezvous at a known address), else
 // the first of findInterfaces(). With SOCKET_IFNAME set, only the selected interfaces count.
-Result<NetInterface> findInterfaceReaching(const sockaddr_storage& remote);
+Result<InterfaceAddress> findInterfaceReaching(const sockaddr_storage& remote);
 
 }  // namespace chorus

@@ -105,6 +105,9 @@ Status Communicator::init(const UniqueIdInfo& id) {
   tuning_.directChunkBytes = static_cast<size_t>(directBytes);
   timeoutSeconds_ = static_cast<double>(paramInt("TIMEOUT"));
   spinCount_ = paramInt("SPIN_COUNT");
+  // The local topology (CHORUS_TOPO_FILE or detected): a bad file fails before any waiting.
+  Result<const LocalTopology*> topo = processTopology();
+  if (!topo.isOk()) return topo.status().withContext(formatString("rank %d init", rank_));
   BootstrapOptions bo;
   bo.initTimeoutSeconds = static_cast<double>(paramInt("INIT_TIMEOUT"));
   bo.timeoutSeconds = timeoutSeconds_;
@@ -123,7 +126,7 @@ Status Communicator::init(const UniqueIdInfo& id) {
   me.cpus = usableCpus();
   me.nonce = randomNonce();
   me.address = bootstrap_->localAddress();
-  describeLocalPlacement(me.address, &me);
+  describeLocalPlacement(me.address, *topo.value(), &me);
   CHORUS_TRY(bootstrap_->allGather(peers_.data(), sizeof(PeerInfo)));
   for (int r = 0; r < nranks_; ++r) {
     if (peers_[r].rank != r)

@@ -8,8 +8,12 @@
 #include <cstring>
 #include <fstream>
 
+#include <memory>
+#include <mutex>
+
 #include "common/socket.h"
 #include "common/status.h"
+#include "topo/discover.h"
 
 namespace chorus {
 
@@ -63,7 +67,24 @@ int hostOf(const TopoReportInput& in, int rank) {
 
 }  // namespace
 
-void describeLocalPlacement(const sockaddr_storage& address, PeerInfo* me) {
+Result<const LocalTopology*> processTopology() {
+  static std::mutex mutex;
+  static std::unique_ptr<LocalTopology> topo;
+  static Status failure;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!topo && failure.isOk()) {
+    Result<LocalTopology> found = localTopologyFromEnvironment();
+    if (found.isOk())
+      topo.reset(new LocalTopology(found.take()));
+    else
+      failure = found.status();
+  }
+  if (!failure.isOk()) return failure;
+  return static_cast<const LocalTopology*>(topo.get());
+}
+
+void describeLocalPlacement(const sockaddr_storage& address, const LocalTopology& topo,
+                            PeerInfo* me) {
   memset(me->ifname, 0, sizeof(me->ifname));
   me->ifSpeedMbps = -1;
   me->numaNode = -1;
@@ -77,18 +98,18 @@ void describeLocalPlacement(const sockaddr_storage& address, PeerInfo* me) {
     }
     freeifaddrs(list);
   }
-  if (me->ifname[0] != '\0')
-    me->ifSpeedMbps = readInt(std::string("/sys/class/net/") + me->ifname + "/speed", -1);
+  if (me->ifname[0] != '\0') {
+    for (const NetInterface& n : topo.netInterfaces)
+      if (n.name == me->ifname && n.speedMbps > 0) me->ifSpeedMbps = static_cast<int>(n.speedMbps);
+    if (me->ifSpeedMbps < 0)
+      me->ifSpeedMbps = readInt(std::string("/sys/class/net/") + me->ifname + "/speed", -1);
+  }
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof(set), &set) == 0) {
     for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
       if (!CPU_ISSET(cpu, &set)) continue;
-      for (int node = 0; node < 64 && me->numaNode < 0; ++node) {
-        std::ifstream f("/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/node" +
-                        std::to_string(node) + "/cpulist");
-        if (f.good()) me->numaNode = node;
-      }
+      me->numaNode = numaNodeOfCpu(topo, cpu);
       break;
     }
   }

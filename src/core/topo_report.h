@@ -5,13 +5,21 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
+#include "topo/topology.h"
 #include "transport/transport.h"
 
 namespace chorus {
 
-// This process's interface facts for PeerInfo: the name and speed of the interface holding
-// address, and the NUMA node of the first CPU the process may run on.
-void describeLocalPlacement(const sockaddr_storage& address, PeerInfo* me);
+// The local topology of this process (CHORUS_TOPO_FILE, else detected; CHORUS_TOPO_DUMP_FILE
+// written), made once per process. A bad topology file is an error every time it is asked for.
+Result<const LocalTopology*> processTopology();
+
+// This process's placement for PeerInfo: the name and speed of the interface holding address,
+// and the NUMA node of the first CPU the process may run on, from topo (or /sys when topo does
+// not know).
+void describeLocalPlacement(const sockaddr_storage& address, const LocalTopology& topo,
+                            PeerInfo* me);
 
 struct TopoReportInput {
   const std::vector<PeerInfo>* peers = nullptr;

@@ -3,9 +3,9 @@
 # refuses bad overrides, a communicator logs each (collective, size class) decision once, a bad
 # CHORUS_ALGO fails init with a message naming it, and chorus-topo --comm describes the ring and
 # trees of a communicator.
-# usage: check_tools.sh <chorusrun> <chorus-tune> <chorus-topo> <all_reduce_perf>
+# usage: check_tools.sh <chorusrun> <chorus-tune> <chorus-topo> <all_reduce_perf> <fixtures dir>
 set -u
-run=$1 tune=$2 topo=$3 perf=$4
+run=$1 tune=$2 topo=$3 perf=$4 fixtures=$5
 failures=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -62,6 +62,41 @@ check "chorus-topo --comm prints the ring and both trees" \
 timeout 120 "$run" -n 2 "$topo" --comm --dot > "$tmp/topo.dot" 2>&1
 check "chorus-topo --comm --dot prints a digraph" \
   $(grep -q 'digraph chorus' "$tmp/topo.dot" && grep -q 'r0 -> r1' "$tmp/topo.dot"; echo $?)
+
+# chorus-topo on this host and on fixture topologies: matrices, rings, trees, nearest NICs.
+"$topo" > "$tmp/local.txt" 2>&1
+check "chorus-topo describes this host" \
+  $(grep -q '^# host ' "$tmp/local.txt" && grep -q '^numa 0: cpus ' "$tmp/local.txt" \
+    && grep -qE '^net lo: up.*loopback' "$tmp/local.txt" && grep -q '^# ring for one rank per' \
+    "$tmp/local.txt"; echo $?)
+"$topo" --file "$fixtures/dual_socket_4gpu_2nic.json" > "$tmp/dual.txt" 2>&1
+check "dual-socket fixture: NVLink pairs, PIX to the local HCA, SYS across sockets" \
+  $(grep -qE '^GPU0 +X +NV12 +SYS +SYS +PIX +SYS +0 ' "$tmp/dual.txt" \
+    && grep -qE '^NIC1 +SYS +SYS +PIX +PIX +SYS +X +1 ' "$tmp/dual.txt" \
+    && grep -q '^# ring for one rank per GPU: GPU0 -NV12- GPU1 -SYS- GPU2 -NV12- GPU3 -SYS-' \
+    "$tmp/dual.txt" && grep -q '^# GPU2 uses interface ib1' "$tmp/dual.txt" \
+    && [ "$(grep -c '^# tree [01] ' "$tmp/dual.txt")" -eq 2 ]; echo $?)
+"$topo" --file "$fixtures/nvlink_8gpu.json" > "$tmp/nvl.txt" 2>&1
+check "8-GPU NVSwitch fixture: every GPU pair over NVSwitch, one NIC per GPU pair" \
+  $([ "$(grep -cE '^GPU[0-7]( +(X|NVS)){8} ' "$tmp/nvl.txt")" -eq 8 ] \
+    && grep -q '^# GPU7 uses interface ibp193s0' "$tmp/nvl.txt"; echo $?)
+"$topo" --file "$fixtures/cpu_2numa.json" > "$tmp/cpu.txt" 2>&1
+check "CPU-only 2-NUMA fixture: a rank per NUMA node, each on its local NIC" \
+  $(grep -q '^# ring for one rank per NUMA node: numa0 numa1' "$tmp/cpu.txt" \
+    && grep -q '^# numa1 uses interface ens5f0' "$tmp/cpu.txt"; echo $?)
+"$topo" --json > "$tmp/dump.json" 2>&1 && "$topo" --file "$tmp/dump.json" > "$tmp/reload.txt" 2>&1
+status=$?
+check "chorus-topo --json output loads back" \
+  $([ $status -eq 0 ] && diff -q "$tmp/local.txt" "$tmp/reload.txt" > /dev/null; echo $?)
+CHORUS_TOPO_FILE="$tmp/missing.json" timeout 60 "$run" -n 2 "$perf" -b 8 -e 8 > "$tmp/topobad.txt" 2>&1
+status=$?
+check "a missing CHORUS_TOPO_FILE fails init naming the variable and the file" \
+  $([ $status -ne 0 ] && grep -q "CHORUS_TOPO_FILE: cannot read topology file $tmp/missing.json" \
+    "$tmp/topobad.txt"; echo $?)
+echo '{"chorus_topology": 1, "hostname": 3}' > "$tmp/bad.json"
+"$topo" --file "$tmp/bad.json" > "$tmp/badjson.txt" 2>&1
+check "a malformed topology file names the file, position and key" \
+  $(grep -qE "$tmp/bad.json:1:[0-9]+: hostname: " "$tmp/badjson.txt"; echo $?)
 
 if [ $failures -ne 0 ]; then
   echo "---- outputs"

@@ -188,7 +188,7 @@ TEST_F(BootstrapTest, RanksRendezvousAndExchange) {
 
 TEST_F(BootstrapTest, Ipv6Loopback) {
   setenv("CHORUS_SOCKET_FAMILY", "AF_INET6", 1);
-  Result<std::vector<NetInterface>> v6 = findInterfaces();
+  Result<std::vector<InterfaceAddress>> v6 = findInterfaces();
   if (!v6.isOk()) GTEST_SKIP() << "no IPv6 loopback: " << v6.status().message();
   Result<UniqueIdInfo> id = createUniqueId();
   ASSERT_TRUE(id.isOk()) << id.status().message();
@@ -429,7 +429,7 @@ TEST_F(BootstrapTest, AbortEndsAWaitingRecv) {
 
 TEST_F(BootstrapTest, InterfaceFilterMatchingNothingIsAnError) {
   setenv("CHORUS_SOCKET_IFNAME", "nosuchif", 1);
-  Result<std::vector<NetInterface>> found = findInterfaces();
+  Result<std::vector<InterfaceAddress>> found = findInterfaces();
   EXPECT_EQ(found.status().code(), Code::kInvalidArgument);
   EXPECT_TRUE(contains(found.status().message(), "CHORUS_SOCKET_IFNAME=\"nosuchif\""));
   EXPECT_TRUE(contains(found.status().message(), "lo"));
@@ -440,8 +440,8 @@ TEST_F(BootstrapTest, InterfaceFilterMatchingNothingIsAnError) {
   EXPECT_EQ(found.value().front().name, "lo");
 }
 
-NetInterface fakeInterface(const char* name, const char* address, bool loopback = false) {
-  NetInterface n;
+InterfaceAddress fakeInterface(const char* name, const char* address, bool loopback = false) {
+  InterfaceAddress n;
   n.name = name;
   Result<SocketAddress> a = SocketAddress::parse(address);
   EXPECT_TRUE(a.isOk()) << address;
@@ -453,14 +453,14 @@ NetInterface fakeInterface(const char* name, const char* address, bool loopback 
 }
 
 TEST(InterfaceSelection, Rules) {
-  std::vector<NetInterface> all = {
+  std::vector<InterfaceAddress> all = {
       fakeInterface("lo", "127.0.0.1:0", true), fakeInterface("docker0", "172.17.0.1:0"),
       fakeInterface("eth0", "[fd00::2]:0"),     fakeInterface("eth0", "10.0.0.2:0"),
       fakeInterface("ib0", "[fd01::2]:0"),      fakeInterface("eth1", "10.1.0.2:0"),
   };
-  auto names = [](const Result<std::vector<NetInterface>>& r) {
+  auto names = [](const Result<std::vector<InterfaceAddress>>& r) {
     std::string out;
-    for (const NetInterface& n : r.value()) out += n.name + (n.family == AF_INET ? "4 " : "6 ");
+    for (const InterfaceAddress& n : r.value()) out += n.name + (n.family == AF_INET ? "4 " : "6 ");
     return out;
   };
   auto sel = [&](const char* ifname, const char* family) {
@@ -475,8 +475,8 @@ TEST(InterfaceSelection, Rules) {
   EXPECT_EQ(sel("=eth", "").status().code(), Code::kInvalidArgument);
   EXPECT_EQ(sel("", "AF_UNIX").status().code(), Code::kInvalidArgument);
 
-  std::vector<NetInterface> onlyLo = {fakeInterface("lo", "127.0.0.1:0", true)};
-  Result<std::vector<NetInterface>> fallback = selectInterfaces(onlyLo, "", "X", "", "Y");
+  std::vector<InterfaceAddress> onlyLo = {fakeInterface("lo", "127.0.0.1:0", true)};
+  Result<std::vector<InterfaceAddress>> fallback = selectInterfaces(onlyLo, "", "X", "", "Y");
   ASSERT_TRUE(fallback.isOk());
   EXPECT_EQ(fallback.value().front().name, "lo");
 }
