@@ -534,12 +534,43 @@ Result<std::vector<InterfaceAddress>> selectInterfaces(const std::vector<Interfa
   return out;
 }
 
-Result<std::vector<InterfaceAddress>> findInterfaces() {
-  CHORUS_ASSIGN_OR_RETURN(std::vector<InterfaceAddress> all, listInterfaces());
+namespace {
+
+// selectInterfaces with the environment's filter; when the filter names interfaces that exist
+// but have no usable address, the error says so instead of only listing the others.
+Result<std::vector<InterfaceAddress>> selectFromEnvironment(
+    const std::vector<InterfaceAddress>& all) {
   ParamValue ifname = paramRaw("SOCKET_IFNAME");
   ParamValue family = paramRaw("SOCKET_FAMILY");
-  return selectInterfaces(all, ifname.isSet ? ifname.value : "", ifname.source,
-                          family.isSet ? family.value : "", family.source);
+  Result<std::vector<InterfaceAddress>> picked =
+      selectInterfaces(all, ifname.isSet ? ifname.value : "", ifname.source,
+                       family.isSet ? family.value : "", family.source);
+  if (picked.isOk() || !ifname.isSet || ifname.value.empty()) return picked;
+  std::string bare;
+  if (struct if_nameindex* names = if_nameindex()) {
+    for (struct if_nameindex* i = names; i->if_index != 0 && i->if_name != nullptr; ++i) {
+      std::string name = i->if_name;
+      if (!matchesFilter(name, ifname.value)) continue;
+      bool hasAddress = std::any_of(all.begin(), all.end(),
+                                    [&](const InterfaceAddress& a) { return a.name == name; });
+      if (!hasAddress) bare += (bare.empty() ? "" : ", ") + name;
+    }
+    if_freenameindex(names);
+  }
+  if (bare.empty()) return picked;
+  return Status(
+      picked.status().code(),
+      picked.status().message() + formatString("; it names %s, which %s", bare.c_str(),
+                                               bare.find(',') == std::string::npos
+                                                   ? "is down or has no IPv4/IPv6 address"
+                                                   : "are down or have no IPv4/IPv6 address"));
+}
+
+}  // namespace
+
+Result<std::vector<InterfaceAddress>> findInterfaces() {
+  CHORUS_ASSIGN_OR_RETURN(std::vector<InterfaceAddress> all, listInterfaces());
+  return selectFromEnvironment(all);
 }
 
 namespace {
@@ -577,9 +608,7 @@ Result<InterfaceAddress> findInterfaceReaching(const sockaddr_storage& remote) {
   ParamValue family = paramRaw("SOCKET_FAMILY");
   std::vector<InterfaceAddress> candidates = all;
   if (ifname.isSet || family.isSet) {
-    CHORUS_ASSIGN_OR_RETURN(candidates,
-                            selectInterfaces(all, ifname.isSet ? ifname.value : "", ifname.source,
-                                             family.isSet ? family.value : "", family.source));
+    CHORUS_ASSIGN_OR_RETURN(candidates, selectFromEnvironment(all));
   }
   // A rendezvous at one of our own addresses is reached through that very interface.
   for (const InterfaceAddress& n : candidates) {

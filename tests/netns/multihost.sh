@@ -485,6 +485,35 @@ for hosts in "${HOST_COUNTS[@]}"; do
     record FAIL "$name fails fast" "after $took s:$bad"
     show_ranks "$dir" "$nranks"
   fi
+
+  # The filter names interfaces that exist but carry no address: the error says so.
+  name="$prefix-ifname-without-address"
+  dir="$WORK_DIR/$name"
+  for ((h = 0; h < hosts; h++)); do
+    ip -n "$(host_ns "$h")" link add vbare0 type veth peer name vbare1
+  done
+  start=$EPOCHREALTIME
+  run_ranks "$dir" "$hosts" contiguous all_reduce_perf "$FAST_FAIL_TIMEOUT" failure \
+    CHORUS_SOCKET_IFNAME=vbare CHORUS_INIT_TIMEOUT=20 || true
+  took=$(elapsed "$start")
+  for ((h = 0; h < hosts; h++)); do ip -n "$(host_ns "$h")" link del vbare0 || true; done
+  expected_error='CHORUS_SOCKET_IFNAME="vbare" matches no interface .*; it names vbare[01], '
+  expected_error+='vbare[01], which are down or have no IPv4/IPv6 address'
+  bad=""
+  for ((r = 0; r < nranks; r++)); do
+    status=$(cat "$dir/$r.status" 2>/dev/null || echo none)
+    if [ "$status" = 0 ] || [ "$status" = 124 ] || [ "$status" = 137 ] || [ "$status" = none ]; then
+      bad+=" rank $r exited $status;"
+    elif ! grep -qE "$expected_error" "$dir/$r.err"; then
+      bad+=" rank $r did not print /$expected_error/;"
+    fi
+  done
+  if [ -z "$bad" ]; then
+    record PASS "$name fails fast" "all $nranks ranks failed in $took s naming vbare0/vbare1"
+  else
+    record FAIL "$name fails fast" "after $took s:$bad"
+    show_ranks "$dir" "$nranks"
+  fi
 done
 
 echo
