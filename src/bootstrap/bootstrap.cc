@@ -543,7 +543,8 @@ Result<std::unique_ptr<Bootstrap>> Bootstrap::init(const UniqueIdInfo& id, int r
   SocketAddress bindAddress = SocketAddress::loopback(root.family(), 0);
   std::string ifaceName = "loopback";
   if (!root.isLoopback()) {
-    Result<InterfaceAddress> iface = findInterfaceReaching(id.rootAddr);
+    Result<InterfaceAddress> iface =
+        findInterfaceReaching(id.rootAddr, options.preferredInterfaces);
     if (!iface.isOk())
       return iface.status().withContext(
           formatString("bootstrap: rank %d: choosing an interface", rank));

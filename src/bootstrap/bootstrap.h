@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "common/wait.h"
@@ -47,6 +48,9 @@ struct BootstrapOptions {
   double initTimeoutSeconds = 120;   // rendezvous deadline (CHORUS_INIT_TIMEOUT)
   double timeoutSeconds = 600;       // every later exchange (CHORUS_TIMEOUT); <= 0: none
   const AbortFlag* abort = nullptr;  // raised -> every pending call returns an error
+  // Interface names to prefer when several can reach the peers, best first (the ones closest
+  // to this process's CPUs); the others keep their order after them.
+  std::vector<std::string> preferredInterfaces;
 };
 
 // One rank's handle on the bootstrap network of a communicator. Methods are called by one

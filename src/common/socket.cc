@@ -602,7 +602,8 @@ bool sameSubnet(const InterfaceAddress& n, const sockaddr_storage& remote) {
 
 }  // namespace
 
-Result<InterfaceAddress> findInterfaceReaching(const sockaddr_storage& remote) {
+Result<InterfaceAddress> findInterfaceReaching(const sockaddr_storage& remote,
+                                               const std::vector<std::string>& preferred) {
   CHORUS_ASSIGN_OR_RETURN(std::vector<InterfaceAddress> all, listInterfaces());
   ParamValue ifname = paramRaw("SOCKET_IFNAME");
   ParamValue family = paramRaw("SOCKET_FAMILY");
@@ -610,6 +611,14 @@ Result<InterfaceAddress> findInterfaceReaching(const sockaddr_storage& remote) {
   if (ifname.isSet || family.isSet) {
     CHORUS_ASSIGN_OR_RETURN(candidates, selectFromEnvironment(all));
   }
+  auto rank = [&](const InterfaceAddress& n) {
+    auto it = std::find(preferred.begin(), preferred.end(), n.name);
+    return it == preferred.end() ? preferred.size() : static_cast<size_t>(it - preferred.begin());
+  };
+  auto byPreference = [&](const InterfaceAddress& a, const InterfaceAddress& b) {
+    return rank(a) < rank(b);
+  };
+  std::stable_sort(candidates.begin(), candidates.end(), byPreference);
   // A rendezvous at one of our own addresses is reached through that very interface.
   for (const InterfaceAddress& n : candidates) {
     SocketAddress mine(n.addr);
@@ -620,6 +629,7 @@ Result<InterfaceAddress> findInterfaceReaching(const sockaddr_storage& remote) {
   for (const InterfaceAddress& n : candidates)
     if (sameSubnet(n, remote)) return n;
   CHORUS_ASSIGN_OR_RETURN(std::vector<InterfaceAddress> selected, findInterfaces());
+  std::stable_sort(selected.begin(), selected.end(), byPreference);
   return selected.front();
 }
 

@@ -159,6 +159,8 @@ Result<std::vector<InterfaceAddress>> findInterfaces();
 
 // The local interface in the same subnet as remote (for a rendezvous at a known address), else
 // the first of findInterfaces(). With SOCKET_IFNAME set, only the selected interfaces count.
-Result<InterfaceAddress> findInterfaceReaching(const sockaddr_storage& remote);
+// Among equally good interfaces, those named earlier in preferred win.
+Result<InterfaceAddress> findInterfaceReaching(const sockaddr_storage& remote,
+                                               const std::vector<std::string>& preferred = {});
 
 }  // namespace chorus

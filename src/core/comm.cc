@@ -109,6 +109,7 @@ Status Communicator::init(const UniqueIdInfo& id) {
   Result<const LocalTopology*> topo = processTopology();
   if (!topo.isOk()) return topo.status().withContext(formatString("rank %d init", rank_));
   BootstrapOptions bo;
+  bo.preferredInterfaces = interfacesByLocality(*topo.value(), processCpus());
   bo.initTimeoutSeconds = static_cast<double>(paramInt("INIT_TIMEOUT"));
   bo.timeoutSeconds = timeoutSeconds_;
   bo.abort = &abort_;

@@ -4,9 +4,11 @@
 #include <net/if.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 
 #include <memory>
 #include <mutex>
@@ -81,6 +83,45 @@ Result<const LocalTopology*> processTopology() {
   }
   if (!failure.isOk()) return failure;
   return static_cast<const LocalTopology*>(topo.get());
+}
+
+std::vector<int> processCpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  return cpus;
+}
+
+std::vector<std::string> interfacesByLocality(const LocalTopology& topo,
+                                              const std::vector<int>& cpus) {
+  std::map<int, int> perNode;
+  for (int cpu : cpus) {
+    int node = numaNodeOfCpu(topo, cpu);
+    if (node >= 0) ++perNode[node];
+  }
+  int home = -1, most = 0;
+  for (const auto& e : perNode)
+    if (e.second > most) {
+      home = e.first;
+      most = e.second;
+    }
+  std::vector<const NetInterface*> usable;
+  for (const NetInterface& n : topo.netInterfaces)
+    if (n.up && !n.loopback && !n.isVirtual) usable.push_back(&n);
+  auto group = [&](const NetInterface* n) {
+    int node = n->numaNode >= 0 ? n->numaNode : numaNodeOfPci(topo, n->pciBusId);
+    return home < 0 || node == home ? 0 : node < 0 ? 1 : 2;
+  };
+  std::stable_sort(usable.begin(), usable.end(), [&](const NetInterface* a, const NetInterface* b) {
+    if (group(a) != group(b)) return group(a) < group(b);
+    return a->speedMbps > b->speedMbps;
+  });
+  std::vector<std::string> names;
+  for (const NetInterface* n : usable) names.push_back(n->name);
+  return names;
 }
 
 void describeLocalPlacement(const sockaddr_storage& address, const LocalTopology& topo,

@@ -15,6 +15,14 @@ namespace chorus {
 // written), made once per process. A bad topology file is an error every time it is asked for.
 Result<const LocalTopology*> processTopology();
 
+// The usable interfaces of topo (up, neither loopback nor virtual) best first for a process on
+// cpus: those on the NUMA node holding most of the CPUs, then those of unknown node, then the
+// rest; faster first within each group.
+std::vector<std::string> interfacesByLocality(const LocalTopology& topo,
+                                              const std::vector<int>& cpus);
+// The CPUs this process may run on.
+std::vector<int> processCpus();
+
 // This process's placement for PeerInfo: the name and speed of the interface holding address,
 // and the NUMA node of the first CPU the process may run on, from topo (or /sys when topo does
 // not know).
