@@ -379,7 +379,9 @@ std::string Communicator::topologyReport(bool dot) const {
     in.treeParent.push_back(parent);
   }
   in.shmGBps = costModel().shmGBps;
-  in.netGBps = costModel().netGBps;
+  in.netGBps = tuning_.netLinkGBps > 0 ? tuning_.netLinkGBps : costModel().netGBps;
+  in.shmLatencyUs = costModel().shmStepUs;
+  in.netLatencyUs = costModel().netStepUs;
   return dot ? topologyDot(in) : topologyText(in);
 }
 

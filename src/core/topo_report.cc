@@ -190,6 +190,17 @@ std::string topologyText(const TopoReportInput& in) {
       out += a == b ? formatString("%6s", "-") : formatString("%6.1f", linkGBps(in, a, b));
     out += "\n";
   }
+  out += "\n# expected latency of one hand-off between ranks, us\n      ";
+  for (int b = 0; b < n; ++b) out += formatString("%6s", formatString("r%d", b).c_str());
+  out += "\n";
+  for (int a = 0; a < n; ++a) {
+    out += formatString("%-6s", formatString("r%d", a).c_str());
+    for (int b = 0; b < n; ++b)
+      out += a == b ? formatString("%6s", "-")
+                    : formatString("%6.1f",
+                                   useShm(peers[a], peers[b]) ? in.shmLatencyUs : in.netLatencyUs);
+    out += "\n";
+  }
   const std::vector<int>& ring = *in.ring;
   int crossings = 0;
   out += "\n# ring (every channel):";

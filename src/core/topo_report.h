@@ -36,6 +36,8 @@ struct TopoReportInput {
   std::vector<std::vector<int>> treeParent;              // [tree][rank]
   double shmGBps = 0;                                    // the cost model's figures
   double netGBps = 0;
+  double shmLatencyUs = 0;
+  double netLatencyUs = 0;
 };
 
 // Text (like `nvidia-smi topo -m`) or Graphviz DOT.
