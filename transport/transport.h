@@ -18,6 +18,8 @@
 
 namespace chorus {
 
+constexpr int kMaxExtraAddrs = 3;
+
 // What every rank publishes about itself at init (exchanged with allGather; plain data).
 struct PeerInfo {
   int32_t rank;
@@ -30,6 +32,11 @@ struct PeerInfo {
   char ifname[16];           // that interface's name ("" when unknown)
   int32_t ifSpeedMbps;       // its link speed from /sys (-1 unknown)
   int32_t numaNode;          // NUMA node of the first CPU this process may run on (-1 unknown)
+  // Further interfaces data connections may use (channels spread over them where the peer has
+  // an interface in the same subnet), with their netmasks.
+  int32_t extraAddrs;
+  sockaddr_storage extraAddr[kMaxExtraAddrs];
+  sockaddr_storage extraMask[kMaxExtraAddrs];
 };
 
 // Receives errors found off the calling thread (the proxy), e.g. a peer that went away.

@@ -128,6 +128,7 @@ Status Communicator::init(const UniqueIdInfo& id) {
   me.nonce = randomNonce();
   me.address = bootstrap_->localAddress();
   describeLocalPlacement(me.address, *topo.value(), &me);
+  describeExtraInterfaces(bo.preferredInterfaces, &me);
   CHORUS_TRY(bootstrap_->allGather(peers_.data(), sizeof(PeerInfo)));
   for (int r = 0; r < nranks_; ++r) {
     if (peers_[r].rank != r)

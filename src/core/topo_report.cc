@@ -85,6 +85,27 @@ Result<const LocalTopology*> processTopology() {
   return static_cast<const LocalTopology*>(topo.get());
 }
 
+void describeExtraInterfaces(const std::vector<std::string>& preferred, PeerInfo* me) {
+  me->extraAddrs = 0;
+  if (SocketAddress(me->address).isLoopback()) return;
+  Result<std::vector<InterfaceAddress>> selected = findInterfaces();
+  if (!selected.isOk()) return;
+  std::vector<InterfaceAddress> list = selected.take();
+  auto rank = [&](const InterfaceAddress& n) {
+    return std::find(preferred.begin(), preferred.end(), n.name) - preferred.begin();
+  };
+  std::stable_sort(
+      list.begin(), list.end(),
+      [&](const InterfaceAddress& a, const InterfaceAddress& b) { return rank(a) < rank(b); });
+  for (const InterfaceAddress& n : list) {
+    if (me->extraAddrs == kMaxExtraAddrs) break;
+    if (n.loopback || n.family != me->address.ss_family || n.name == me->ifname) continue;
+    me->extraAddr[me->extraAddrs] = n.addr;
+    me->extraMask[me->extraAddrs] = n.netmask;
+    ++me->extraAddrs;
+  }
+}
+
 std::vector<int> processCpus() {
   std::vector<int> cpus;
   cpu_set_t set;

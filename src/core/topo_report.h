@@ -20,6 +20,9 @@ Result<const LocalTopology*> processTopology();
 // rest; faster first within each group.
 std::vector<std::string> interfacesByLocality(const LocalTopology& topo,
                                               const std::vector<int>& cpus);
+// The interfaces besides me->address that data connections may use (CHORUS_SOCKET_IFNAME
+// applies), preferred ones first, into me->extraAddr; none when me->address is loopback.
+void describeExtraInterfaces(const std::vector<std::string>& preferred, PeerInfo* me);
 // The CPUs this process may run on.
 std::vector<int> processCpus();
 

@@ -21,6 +21,11 @@ readonly HOST_IF=vchorus0    # the host end of each veth pair, inside the host's
 readonly HOST_IF_PREFIX=vchorus
 readonly BRIDGE_IF=br0
 readonly SUBNET="10.213.$(($$ % 250 + 1))"
+# A second network ("rail") joining the hosts through its own bridge: data channels spread
+# over both interfaces.
+readonly RAIL_IF=vrail0
+readonly RAIL_BRIDGE_IF=br1
+readonly RAIL_SUBNET="10.214.$(($$ % 250 + 1))"
 readonly PORT=29400
 readonly RANKS_PER_HOST=2
 readonly RANK_TIMEOUT=120
@@ -136,6 +141,8 @@ make_hosts() {
   ip -n "$bridge_ns" link set lo up
   ip -n "$bridge_ns" link add "$BRIDGE_IF" type bridge
   ip -n "$bridge_ns" link set "$BRIDGE_IF" up
+  ip -n "$bridge_ns" link add "$RAIL_BRIDGE_IF" type bridge
+  ip -n "$bridge_ns" link set "$RAIL_BRIDGE_IF" up
   for ((h = 0; h < hosts; h++)); do
     ns=$(host_ns "$h")
     NAMESPACES+=("$ns")
@@ -146,6 +153,11 @@ make_hosts() {
     ip -n "$bridge_ns" link set "h$h" up
     ip -n "$ns" addr add "$(host_addr "$h")/24" dev "$HOST_IF"
     ip -n "$ns" link set "$HOST_IF" up
+    ip -n "$ns" link add "$RAIL_IF" type veth peer name "r$h" netns "$bridge_ns"
+    ip -n "$bridge_ns" link set "r$h" master "$RAIL_BRIDGE_IF"
+    ip -n "$bridge_ns" link set "r$h" up
+    ip -n "$ns" addr add "$RAIL_SUBNET.$((h + 1))/24" dev "$RAIL_IF"
+    ip -n "$ns" link set "$RAIL_IF" up
   done
 }
 
@@ -443,6 +455,23 @@ for hosts in "${HOST_COUNTS[@]}"; do
   else
     record FAIL "$name run" "a rank exited non-zero"
     show_ranks "$dir" $((hosts * RANKS_PER_HOST))
+  fi
+
+  # Two ring channels with two networks: channel 0 uses the bootstrap's network, channel 1 the
+  # other one, on every link between hosts.
+  name="$prefix-two-networks"
+  if DEBUG_SUBSYS=INIT,NET run_case "$name" "$hosts" contiguous all_reduce_perf NCCL_ALGO=ring \
+    CHORUS_MIN_CHANNELS=2 CHORUS_MAX_CHANNELS=2; then
+    ch0=$(cat "$WORK_DIR/$name"/*.err |
+      grep -cE "receiving from rank [0-9]+ channel 0 over ${SUBNET//./\\.}\.")
+    ch1=$(cat "$WORK_DIR/$name"/*.err |
+      grep -cE "receiving from rank [0-9]+ channel 1 over ${RAIL_SUBNET//./\\.}\.")
+    if [ "$ch0" -eq "$hosts" ] && [ "$ch1" -eq "$hosts" ]; then
+      record PASS "$name" "$hosts cross-host channel-0 links over $SUBNET.0/24, $hosts channel-1 links over $RAIL_SUBNET.0/24"
+    else
+      record FAIL "$name" "channel 0 over the first network: $ch0, channel 1 over the second: $ch1 (want $hosts each)"
+      grep -h "receiving from" "$WORK_DIR/$name"/*.err | head -20
+    fi
   fi
 
   for algo in tree ring; do

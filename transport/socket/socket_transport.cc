@@ -57,6 +57,7 @@ struct SocketConn {
   uint64_t msgBytes = 0;  // size of the message in progress (receive side: from its header)
   size_t offset = 0;      // bytes of the message in progress moved, header included
   bool failed = false;
+  int listener = 0;  // receive side: the address index its peer connects to
 };
 
 class SocketTransport final : public Transport, public ProxyLink {
@@ -77,18 +78,23 @@ class SocketTransport final : public Transport, public ProxyLink {
   const char* name() const override { return "socket"; }
 
   Status setupRecv(int peer, int channel, ConnectInfo* info, RecvConnector* conn) override {
-    if (!listener_.valid()) {
-      SocketAddress bindAddr((*ctx_.peers)[ctx_.rank].address);
+    const int index = addressFor(peer, channel);
+    if (!listeners_[index].valid()) {
+      const PeerInfo& me = (*ctx_.peers)[ctx_.rank];
+      SocketAddress bindAddr(index == 0 ? me.address : me.extraAddr[index - 1]);
       bindAddr.setPort(0);
       Result<Listener> l = Listener::open(bindAddr);
-      if (!l.isOk()) return l.status().withContext("socket transport: data listener");
-      listener_ = l.take();
+      if (!l.isOk())
+        return l.status().withContext(
+            formatString("socket transport: data listener on %s", bindAddr.toString().c_str()));
+      listeners_[index] = l.take();
     }
     auto c = newConn(false, peer, channel);
+    c->listener = index;
     *conn = RecvConnector(c->memory.get());
     pending_.push_back(std::move(c));
     SocketInfo si{};
-    si.address = listener_.address().storage();
+    si.address = listeners_[index].address().storage();
     memcpy(info->bytes, &si, sizeof(si));
     return Status::ok();
   }
@@ -115,6 +121,9 @@ class SocketTransport final : public Transport, public ProxyLink {
   // are matched to their pending receivers as they come, strangers are dropped.
   Status finishRecv(int peer, int channel) override {
     Waiter w(ctx_.timeoutSeconds, ctx_.abort);
+    int index = 0;
+    for (auto& p : pending_)
+      if (p->peer == peer && p->channel == channel) index = p->listener;
     while (true) {
       for (auto it = pending_.begin(); it != pending_.end(); ++it) {
         if ((*it)->peer == peer && (*it)->channel == channel && (*it)->socket.valid()) {
@@ -123,7 +132,7 @@ class SocketTransport final : public Transport, public ProxyLink {
           return addConn(std::move(c));
         }
       }
-      Result<Socket> s = listener_.accept(w, options_);
+      Result<Socket> s = listeners_[index].accept(w, options_);
       if (!s.isOk())
         return s.status().withContext(
             formatString("socket transport: rank %d waiting for rank %d (channel %d) to connect",
@@ -158,6 +167,50 @@ class SocketTransport final : public Transport, public ProxyLink {
   }
 
  private:
+  // Which of this rank's addresses the data connection of (peer, channel) comes to: the
+  // bootstrap's (index 0) or one of the extra interfaces (index i + 1) whose subnet the peer
+  // also has an address in, taken in turn by channel so that channels spread over the
+  // interfaces both ends share.
+  int addressFor(int peer, int channel) const {
+    const PeerInfo& me = (*ctx_.peers)[ctx_.rank];
+    const PeerInfo& them = (*ctx_.peers)[peer];
+    int usable[1 + kMaxExtraAddrs] = {0};
+    int n = 1;
+    for (int i = 0; i < me.extraAddrs && i < kMaxExtraAddrs; ++i) {
+      bool shared = inSubnet(me.extraAddr[i], me.extraMask[i], them.address);
+      for (int j = 0; j < them.extraAddrs && j < kMaxExtraAddrs && !shared; ++j)
+        shared = inSubnet(me.extraAddr[i], me.extraMask[i], them.extraAddr[j]);
+      if (shared) usable[n++] = i + 1;
+    }
+    return usable[channel % n];
+  }
+
+  static bool inSubnet(const sockaddr_storage& addr, const sockaddr_storage& mask,
+                       const sockaddr_storage& other) {
+    if (addr.ss_family != other.ss_family || addr.ss_family != mask.ss_family) return false;
+    const unsigned char *a, *m, *o;
+    size_t len;
+    if (addr.ss_family == AF_INET) {
+      a = reinterpret_cast<const unsigned char*>(
+          &reinterpret_cast<const sockaddr_in*>(&addr)->sin_addr);
+      m = reinterpret_cast<const unsigned char*>(
+          &reinterpret_cast<const sockaddr_in*>(&mask)->sin_addr);
+      o = reinterpret_cast<const unsigned char*>(
+          &reinterpret_cast<const sockaddr_in*>(&other)->sin_addr);
+      len = 4;
+    } else if (addr.ss_family == AF_INET6) {
+      a = reinterpret_cast<const sockaddr_in6*>(&addr)->sin6_addr.s6_addr;
+      m = reinterpret_cast<const sockaddr_in6*>(&mask)->sin6_addr.s6_addr;
+      o = reinterpret_cast<const sockaddr_in6*>(&other)->sin6_addr.s6_addr;
+      len = 16;
+    } else {
+      return false;
+    }
+    for (size_t i = 0; i < len; ++i)
+      if ((a[i] & m[i]) != (o[i] & m[i])) return false;
+    return true;
+  }
+
   // Hands a connected connector to the proxy (started with the first one). Connectors may be
   // added at any time: point-to-point peers are connected when first used.
   Status addConn(std::unique_ptr<SocketConn> c) {
@@ -379,7 +432,7 @@ class SocketTransport final : public Transport, public ProxyLink {
 
   TransportContext ctx_;
   SocketOptions options_;
-  Listener listener_;
+  Listener listeners_[1 + kMaxExtraAddrs];            // by address index (see addressFor)
   std::vector<std::unique_ptr<SocketConn>> pending_;  // receive sides waiting for their sender
   std::vector<std::unique_ptr<SocketConn>> conns_;
   std::thread proxy_;
