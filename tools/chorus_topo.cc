@@ -18,6 +18,7 @@
 #include "bootstrap/bootstrap.h"
 #include "core/comm.h"
 #include "topo/discover.h"
+#include "topo/hca_filter.h"
 #include "topo/topo_file.h"
 
 namespace {
@@ -120,11 +121,18 @@ void printLocal(const chorus::LocalTopology& t) {
            n.loopback ? ", loopback" : "", n.isVirtual && !n.loopback ? ", virtual" : "",
            addrs.c_str());
   }
+  chorus::Result<std::vector<chorus::HcaPort>> allowed = chorus::selectHcaPortsFromEnvironment(t);
+  if (!allowed.isOk()) printf("# %s\n", allowed.status().message().c_str());
   for (const chorus::IbDevice& ib : t.ibDevices)
-    for (const chorus::IbPort& p : ib.ports)
-      printf("hca %s port %d: %s, %.0f Gb/s, %s, numa %d, pci %s, %zu gid(s)\n", ib.name.c_str(),
+    for (const chorus::IbPort& p : ib.ports) {
+      bool used = false;
+      for (const chorus::HcaPort& h :
+           allowed.isOk() ? allowed.value() : std::vector<chorus::HcaPort>())
+        used = used || (h.device == ib.name && h.port == p.port);
+      printf("hca %s port %d: %s, %.0f Gb/s, %s, numa %d, pci %s, %zu gid(s)%s\n", ib.name.c_str(),
              p.port, p.state.c_str(), p.rateGbps, p.linkLayer.c_str(), ib.numaNode,
-             ib.pciBusId.c_str(), p.gids.size());
+             ib.pciBusId.c_str(), p.gids.size(), used ? "" : " (excluded by the IB_HCA filter)");
+    }
   for (const chorus::Gpu& g : t.gpus)
     printf("gpu %d: %s, pci %s, numa %d\n", g.index, g.name.c_str(), g.pciBusId.c_str(),
            g.numaNode);

@@ -41,6 +41,10 @@ const std::vector<ParamDef> kParams = {
      true},
     {"SOCKET_BUFFSIZE", ParamType::kInt, "4194304",
      "SO_SNDBUF/SO_RCVBUF of data sockets (0: OS default)", false},
+    {"IB_HCA", ParamType::kString, "",
+     "InfiniBand HCA ports to use: name or name:port prefixes, comma separated; = for exact "
+     "names, ^ to exclude",
+     true},
     // Shared memory
     {"SHM_DISABLE", ParamType::kInt, "0",
      "1: never use shared memory, even between ranks on one host", true},

@@ -12,6 +12,7 @@
 #include "algorithms/topo_graph.h"
 #include "common/param.h"
 #include "core/topo_report.h"
+#include "topo/hca_filter.h"
 #include "topo/host_id.h"
 #include "transport/shm/direct_region.h"
 
@@ -108,6 +109,9 @@ Status Communicator::init(const UniqueIdInfo& id) {
   // The local topology (CHORUS_TOPO_FILE or detected): a bad file fails before any waiting.
   Result<const LocalTopology*> topo = processTopology();
   if (!topo.isOk()) return topo.status().withContext(formatString("rank %d init", rank_));
+  // The HCA filter is checked against what this host has, even before a verbs transport uses it.
+  Result<std::vector<HcaPort>> hcas = selectHcaPortsFromEnvironment(*topo.value());
+  if (!hcas.isOk()) return hcas.status().withContext(formatString("rank %d init", rank_));
   BootstrapOptions bo;
   bo.preferredInterfaces = interfacesByLocality(*topo.value(), processCpus());
   bo.initTimeoutSeconds = static_cast<double>(paramInt("INIT_TIMEOUT"));
