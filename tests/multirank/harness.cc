@@ -29,18 +29,6 @@ void clearEnv(const std::vector<std::string>& env) {
   for (const std::string& kv : env) unsetenv(kv.substr(0, kv.find('=')).c_str());
 }
 
-int freeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 void runRank(int rank, int nranks, const ncclUniqueId& id,
              const std::function<void(int, int, ncclComm_t&)>& body) {
   ncclComm_t comm = nullptr;
@@ -94,6 +82,18 @@ double decodeFloat(uint32_t bits, int expBits, int manBits, bool hasInf) {
 }
 
 }  // namespace
+
+int freeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a = {};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
 
 const char* modeName(RankMode mode) {
   return mode == RankMode::kThreads ? "threads" : "processes";

@@ -27,6 +27,9 @@ void runRanks(int nranks, RankMode mode, const std::vector<std::string>& env,
               const std::function<void(int rank, int nranks, ncclComm_t& comm)>& body,
               double timeoutSeconds = 240);
 
+// A loopback port that was free a moment ago (for CHORUS_COMM_ID rendezvous in tests).
+int freeLoopbackPort();
+
 size_t typeSize(ncclDataType_t type);
 const char* typeName(ncclDataType_t type);
 bool isFloatType(ncclDataType_t type);

@@ -101,21 +101,9 @@ void runThreads(int nranks, size_t bufferBytes, const Body& body) {
   for (std::thread& t : threads) t.join();
 }
 
-int freeLoopbackPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a = {};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 // Each rank a forked process; rank 0 hosts the rendezvous at CHORUS_COMM_ID.
 void runProcesses(int nranks, size_t bufferBytes, const Body& body, double timeoutSeconds = 120) {
-  const std::string commId = "127.0.0.1:" + std::to_string(freeLoopbackPort());
+  const std::string commId = "127.0.0.1:" + std::to_string(chorus_test::freeLoopbackPort());
   const std::string tag = freshTag();
   std::vector<pid_t> pids;
   for (int r = 0; r < nranks; ++r) {
