@@ -537,6 +537,8 @@ Status Communicator::checkUsable() const {
 }
 
 Status Communicator::asyncError() const {
+  // Calls ask on every collective: a flag spares them the lock while nothing went wrong.
+  if (!hasAsyncError_.load(std::memory_order_acquire)) return Status::ok();
   std::lock_guard<std::mutex> lock(mutex_);
   return asyncError_;
 }
@@ -546,6 +548,7 @@ void Communicator::reportAsyncError(const Status& status) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!asyncError_.isOk()) return;
     asyncError_ = status.withContext(formatString("rank %d", rank_));
+    hasAsyncError_.store(true, std::memory_order_release);
   }
   abort_.raise();
 }

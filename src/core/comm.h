@@ -129,6 +129,7 @@ class Communicator final : public ErrorSink {
 
   mutable std::mutex mutex_;  // guards asyncError_ and lastError_
   Status asyncError_;
+  std::atomic<bool> hasAsyncError_{false};  // set once asyncError_ holds an error
   std::string lastError_;
 };
 

@@ -1,0 +1,570 @@
+#!/usr/bin/python3
+"""Side-by-side bus bandwidth of Chorus, Open MPI, MPICH and Gloo on one collective.
+
+Runs each library's benchmark (Chorus's <coll>_perf under chorusrun, mpi_bench under each MPI's
+launcher, gloo_bench.py) interleaved, round after round, and a concurrent memcpy reference;
+prints per size the median busbw of every library, the best peer and the median of the
+per-round ratios Chorus / best peer, as a markdown table; optionally plots busbw against size.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shlex
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+COLLS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+PEERS = ("openmpi", "mpich", "gloo")
+LABELS = {"chorus": "Chorus", "openmpi": "Open MPI", "mpich": "MPICH", "gloo": "Gloo"}
+EXIT_UNSUPPORTED = 3
+
+
+def parse_size(text):
+    units = {"k": 1, "m": 2, "g": 3}
+    s = text.strip()
+    scale = 1
+    if s and s[-1].lower() in units:
+        scale = 1 << (10 * units[s[-1].lower()])
+        s = s[:-1]
+    try:
+        return int(float(s) * scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid size '{text}': expected e.g. 8, 64K, 1M, 2G")
+
+
+def human(n):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--coll", default="all_reduce", choices=COLLS)
+    p.add_argument("-n", "--nranks", type=int, default=2)
+    p.add_argument("-b", "--minbytes", type=parse_size, default=8)
+    p.add_argument("-e", "--maxbytes", type=parse_size, default=256 << 20)
+    p.add_argument("-f", "--stepfactor", type=int, default=4,
+                   help="size factor; the largest size is always included (default 4)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    p.add_argument("--libs", default="chorus,openmpi,mpich,gloo",
+                   help="comma list of chorus, openmpi, mpich, gloo (default all)")
+    p.add_argument("--algos", default="",
+                   help="also run Chorus with each CHORUS_ALGO in this comma list, "
+                        "e.g. ring,tree,oneshot,twoshot (all_reduce)")
+    p.add_argument("--bytes-per-size", type=parse_size, default=1 << 30,
+                   help="data per timed measurement: -n = this / size, clamped (default 1G)")
+    p.add_argument("--min-iters", type=int, default=5)
+    p.add_argument("--max-iters", type=int, default=200)
+    p.add_argument("--average", type=int, default=1, choices=range(4),
+                   help="time across ranks, as the perf tools' -a (default 1: mean)")
+    p.add_argument("--inplace", action="store_true",
+                   help="compare the in-place columns instead of out-of-place")
+    p.add_argument("--check", action="store_true",
+                   help="validate every size in every run (-c 1; slower)")
+    p.add_argument("--root", type=int, default=0, help="broadcast root")
+    p.add_argument("--time-below", type=parse_size, default=64 << 10,
+                   help="also tabulate median times for sizes up to this (default 64K)")
+    p.add_argument("--no-bound", action="store_true", help="skip the memcpy reference")
+    p.add_argument("--bound-size", type=parse_size, default=256 << 20,
+                   help="buffer each memcpy process copies (default 256M)")
+    p.add_argument("--build", default=os.path.join(REPO, "build"),
+                   help="Chorus build directory (default <repo>/build)")
+    p.add_argument("--peers-build", default=None,
+                   help="where mpi_bench and memcpy_bound are compiled (default BUILD/peers)")
+    p.add_argument("--python", default="/usr/bin/python3", help="Python with torch, for gloo")
+    p.add_argument("--openmpi-args", default="", help="extra mpirun.openmpi arguments")
+    p.add_argument("--mpich-args", default="", help="extra mpirun.mpich arguments")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per benchmark run")
+    p.add_argument("--out", help="also write the markdown report here")
+    p.add_argument("--plot", help="PNG: busbw against size, one line per library")
+    p.add_argument("--algo-plot", help="PNG: busbw of each CHORUS_ALGO against size")
+    p.add_argument("--json", help="write every run's rows here")
+    p.add_argument("--log-dir", help="keep each run's output here (default PEERS_BUILD/logs/..)")
+    p.add_argument("--spread", action="store_true", help="show min-max across rounds in cells")
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    a = p.parse_args(argv)
+    a.libs = [x for x in a.libs.split(",") if x]
+    for lib in a.libs:
+        if lib not in LABELS:
+            p.error(f"unknown library '{lib}' (chorus, openmpi, mpich, gloo)")
+    a.algos = [x for x in a.algos.split(",") if x]
+    if a.nranks < 1 or a.rounds < 1 or a.stepfactor < 2 or a.minbytes > a.maxbytes:
+        p.error("need --nranks >= 1, --rounds >= 1, -f >= 2 and -b <= -e")
+    if a.min_iters < 1 or a.max_iters < a.min_iters:
+        p.error("need 1 <= --min-iters <= --max-iters")
+    a.peers_build = a.peers_build or os.path.join(a.build, "peers")
+    return a
+
+
+# ---- the plan: sizes, iteration counts and one command per band of sizes --------------------
+
+def size_list(a):
+    out, s = [], a.minbytes
+    while s <= a.maxbytes:
+        out.append(s)
+        s = max(s * a.stepfactor, 1)
+    if out[-1] != a.maxbytes:
+        out.append(a.maxbytes)
+    return out
+
+
+def iters_for(a, size):
+    return max(a.min_iters, min(a.max_iters, a.bytes_per_size // max(size, 1)))
+
+
+def bands(a):
+    """Consecutive sizes sharing an iteration count run in one invocation (-b/-e/-f)."""
+    groups = []
+    for s in size_list(a):
+        n = iters_for(a, s)
+        fits = groups and groups[-1]["iters"] == n and groups[-1]["sizes"][-1] * a.stepfactor == s
+        if fits:
+            groups[-1]["sizes"].append(s)
+        else:
+            groups.append({"iters": n, "sizes": [s]})
+    for g in groups:
+        g["warmup"] = max(1, min(5, g["iters"] // 20))
+    return groups
+
+
+def sweep_args(a, band):
+    return ["-b", str(band["sizes"][0]), "-e", str(band["sizes"][-1]), "-f", str(a.stepfactor),
+            "-n", str(band["iters"]), "-w", str(band["warmup"]), "-c", "1" if a.check else "0",
+            "-a", str(a.average)]
+
+
+class Runner:
+    """Builds each library's command and environment for one band."""
+
+    def __init__(self, a):
+        self.a = a
+        self.chorusrun = os.path.join(a.build, "tools", "chorusrun")
+        self.perf = os.path.join(a.build, "perf", f"{a.coll}_perf")
+
+    def command(self, lib, band):
+        a, env = self.a, {}
+        args = sweep_args(a, band)
+        inplace = ["-I", "1" if a.inplace else "0"]
+        if a.coll == "broadcast":
+            args += ["-r", str(a.root)]
+        if lib == "chorus" or lib.startswith("chorus:"):
+            env["CHORUS_HOST_COMM"] = "1"
+            if lib.startswith("chorus:"):
+                env["CHORUS_ALGO"] = lib.split(":", 1)[1]
+            return [self.chorusrun, "-n", str(a.nranks), "--no-prefix", self.perf] + args, env
+        if lib == "openmpi":
+            launcher = ["mpirun.openmpi", "-np", str(a.nranks)]
+            if a.nranks > (os.cpu_count() or 1):
+                launcher.append("--oversubscribe")
+            if os.geteuid() == 0:
+                env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+            launcher += shlex.split(a.openmpi_args)
+            exe = os.path.join(a.peers_build, "mpi_bench.openmpi")
+            return launcher + [exe, a.coll] + args + inplace, env
+        if lib == "mpich":
+            launcher = ["mpirun.mpich", "-n", str(a.nranks)] + shlex.split(a.mpich_args)
+            exe = os.path.join(a.peers_build, "mpi_bench.mpich")
+            return launcher + [exe, a.coll] + args + inplace, env
+        if lib == "gloo":
+            script = os.path.join(HERE, "gloo_bench.py")
+            return [a.python, script, a.coll, "--nranks", str(a.nranks)] + args + inplace, env
+        raise ValueError(lib)
+
+    def bound_command(self):
+        exe = os.path.join(self.a.peers_build, "memcpy_bound")
+        return [exe, "-p", str(self.a.nranks), "-s", str(self.a.bound_size), "-r", "3", "-k", "2"]
+
+
+# ---- building the peers' benchmarks ---------------------------------------------------------
+
+def build_peers(a, libs):
+    """Compiles mpi_bench with each MPI's wrapper and memcpy_bound, when missing or stale."""
+    os.makedirs(a.peers_build, exist_ok=True)
+    jobs = []
+    mpi_src = os.path.join(HERE, "mpi_bench.c")
+    for lib in ("openmpi", "mpich"):
+        if lib in libs:
+            jobs.append((lib, [f"mpicc.{lib}", "-O2", "-std=c11", "-D_POSIX_C_SOURCE=200809L",
+                               "-o", os.path.join(a.peers_build, f"mpi_bench.{lib}"), mpi_src,
+                               "-lm"], mpi_src, os.path.join(a.peers_build, f"mpi_bench.{lib}")))
+    if not a.no_bound:
+        src = os.path.join(HERE, "memcpy_bound.c")
+        out = os.path.join(a.peers_build, "memcpy_bound")
+        jobs.append(("bound", ["cc", "-O2", "-std=c11", "-pthread", "-o", out, src], src, out))
+    unavailable = {}
+    for name, cmd, src, out in jobs:
+        if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(src):
+            continue
+        if shutil.which(cmd[0]) is None:
+            unavailable[name] = f"{cmd[0]} not found (apt-get install " + \
+                ("openmpi-bin libopenmpi-dev)" if name == "openmpi" else
+                 "mpich libmpich-dev)" if name == "mpich" else "gcc)")
+            continue
+        print("# building: " + " ".join(shlex.quote(c) for c in cmd), file=sys.stderr)
+        if a.dry_run:
+            continue
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            unavailable[name] = f"build failed: {r.stderr.strip()[-500:]}"
+    return unavailable
+
+
+# ---- running and parsing --------------------------------------------------------------------
+
+def parse_rows(text, inplace):
+    """Rows of the nccl-tests format: size -> (busbw, time in us, #wrong)."""
+    rows = {}
+    base = 9 if inplace else 5
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) < base + 4 or not f[0].isdigit() or line.lstrip().startswith("#"):
+            continue
+        try:
+            t, busbw = float(f[base]), float(f[base + 2])
+        except ValueError:
+            continue
+        wrong = f[base + 3]
+        rows[int(f[0])] = {"busbw": busbw, "time_us": t,
+                           "wrong": None if wrong == "N/A" else int(wrong)}
+    return rows
+
+
+def run_one(cmd, env, timeout, log_path):
+    """Runs one benchmark in its own process group; returns (status, stdout, seconds)."""
+    full_env = dict(os.environ, **env)
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+        status = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        status = "timeout"
+    seconds = time.monotonic() - start
+    with open(log_path, "w") as log:
+        log.write("$ " + " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) +
+                  (" " if env else "") + " ".join(shlex.quote(c) for c in cmd) + "\n")
+        log.write(f"# status {status}, {seconds:.1f} s\n{out}\n# stderr\n{err}\n")
+    return status, out, seconds
+
+
+def header_line(text):
+    for line in text.splitlines():
+        if line.startswith("# nccl-tests-compatible") or line.startswith("# mpi_bench") or \
+                line.startswith("# gloo_bench"):
+            return line[2:].strip()
+    return None
+
+
+def read_loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+def measure(a, libs):
+    runner = Runner(a)
+    plan = bands(a)
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    log_dir = a.log_dir or os.path.join(a.peers_build, "logs", f"{a.coll}-{stamp}")
+    if not a.dry_run:
+        os.makedirs(log_dir, exist_ok=True)
+    res = {"runs": {lib: {} for lib in libs}, "bound": [], "failures": [], "versions": {},
+           "unsupported": {}, "seconds": {lib: 0.0 for lib in libs + ["bound"]},
+           "plan": plan, "log_dir": log_dir, "load_before": read_loadavg()}
+    for r in range(a.rounds):
+        if not a.no_bound:
+            cmd = runner.bound_command()
+            if a.dry_run:
+                print(" ".join(shlex.quote(c) for c in cmd))
+            else:
+                status, out, sec = run_one(cmd, {}, a.timeout,
+                                           os.path.join(log_dir, f"r{r}-bound.log"))
+                res["seconds"]["bound"] += sec
+                vals = dict(l.split()[:2] for l in out.splitlines()
+                            if l.endswith(tuple("0123456789")) and "_GBps" in l)
+                if status == 0 and "bound_busbw_GBps" in vals:
+                    res["bound"].append({k: float(v) for k, v in vals.items()})
+                else:
+                    res["failures"].append(f"round {r} memcpy_bound: status {status}")
+        for bi, band in enumerate(plan):
+            for lib in libs:
+                if lib in res["unsupported"]:
+                    continue
+                cmd, env = runner.command(lib, band)
+                if a.dry_run:
+                    print(" ".join(f"{k}={v}" for k, v in env.items()) + (" " if env else "") +
+                          " ".join(shlex.quote(c) for c in cmd))
+                    continue
+                log = os.path.join(log_dir, f"r{r}-b{bi}-{lib.replace(':', '-')}.log")
+                status, out, sec = run_one(cmd, env, a.timeout, log)
+                res["seconds"][lib] += sec
+                res["versions"].setdefault(lib, header_line(out))
+                if status == EXIT_UNSUPPORTED and lib == "gloo":
+                    res["unsupported"][lib] = header_line(out) or "not supported"
+                    continue
+                rows = parse_rows(out, a.inplace)
+                if status != 0:
+                    res["failures"].append(f"round {r} {lib} sizes {human(band['sizes'][0])}.."
+                                           f"{human(band['sizes'][-1])}: status {status} "
+                                           f"(log: {log})")
+                for size, row in rows.items():
+                    if row["wrong"]:
+                        res["failures"].append(f"round {r} {lib} size {size}: "
+                                               f"{row['wrong']} wrong elements")
+                    res["runs"][lib].setdefault(size, []).append(dict(row, round=r))
+            print(f"# round {r + 1}/{a.rounds}: sizes {human(band['sizes'][0])}.."
+                  f"{human(band['sizes'][-1])} done", file=sys.stderr, flush=True)
+    res["load_after"] = read_loadavg()
+    return res
+
+
+# ---- summary --------------------------------------------------------------------------------
+
+def median_of(runs, key):
+    vals = [x[key] for x in runs]
+    return statistics.median(vals) if vals else None
+
+
+def per_round(runs, key):
+    return {x["round"]: x[key] for x in runs}
+
+
+def summarize(a, res, main_lib="chorus", peers=PEERS):
+    """Per size: medians, the best peer and the median per-round ratio main / best peer."""
+    table = []
+    for size in size_list(a):
+        row = {"size": size, "busbw": {}, "time": {}, "spread": {}}
+        for lib, runs in res["runs"].items():
+            got = runs.get(size, [])
+            if got:
+                row["busbw"][lib] = median_of(got, "busbw")
+                row["time"][lib] = median_of(got, "time_us")
+                vals = [x["busbw"] for x in got]
+                row["spread"][lib] = (min(vals), max(vals))
+        cands = [p for p in peers if p in row["busbw"]]
+        row["best"] = max(cands, key=lambda p: row["busbw"][p]) if cands else None
+        row["ratio"] = None
+        if row["best"] and main_lib in row["busbw"]:
+            mine = per_round(res["runs"][main_lib][size], "busbw")
+            theirs = per_round(res["runs"][row["best"]][size], "busbw")
+            ratios = [mine[r] / theirs[r] for r in mine if r in theirs and theirs[r] > 0]
+            row["ratio"] = statistics.median(ratios) if ratios else None
+        table.append(row)
+    return table
+
+
+def fmt(v, digits=2):
+    return "n/a" if v is None else f"{v:.{digits}f}"
+
+
+def cell(row, lib, spread):
+    v = row["busbw"].get(lib)
+    if v is None:
+        return "n/a"
+    if spread:
+        lo, hi = row["spread"][lib]
+        return f"{v:.2f} ({lo:.2f}-{hi:.2f})"
+    return f"{v:.2f}"
+
+
+def label(lib):
+    if lib.startswith("chorus:"):
+        return "Chorus " + lib.split(":", 1)[1]
+    return LABELS.get(lib, lib)
+
+
+def report(a, res, libs, table):
+    peers = [p for p in libs if p in PEERS]
+    bound = statistics.median([b["bound_busbw_GBps"] for b in res["bound"]]) \
+        if res["bound"] else None
+    lines = []
+    mode = "in-place" if a.inplace else "out-of-place"
+    lines.append(f"## {a.coll}, {a.nranks} ranks, float32, {mode}: busbw (GB/s)")
+    lines.append("")
+    lines.append(f"Median over {a.rounds} interleaved rounds; sizes {human(size_list(a)[0])} to "
+                 f"{human(size_list(a)[-1])}; time per call averaged over -n iterations "
+                 f"(-n = {human(a.bytes_per_size)} / size, clamped to "
+                 f"[{a.min_iters}, {a.max_iters}]), then "
+                 f"{['rank 0', 'mean', 'min', 'max'][a.average]} over ranks.")
+    lines.append("")
+    cols = [label(l) for l in libs] + ["best peer", "Chorus / best peer"]
+    if bound is not None and "chorus" in libs:
+        cols.append("Chorus / bound")
+    lines.append("| size | " + " | ".join(cols) + " |")
+    lines.append("|---:|" + "---:|" * len(cols))
+    for row in table:
+        cells = [cell(row, lib, a.spread) for lib in libs]
+        cells.append(label(row["best"]) if row["best"] else "n/a")
+        cells.append(fmt(row["ratio"]))
+        if bound is not None and "chorus" in libs:
+            c = row["busbw"].get("chorus")
+            cells.append(fmt(c / bound if c is not None and bound > 0 else None))
+        lines.append(f"| {human(row['size'])} | " + " | ".join(cells) + " |")
+    small = [row for row in table if row["size"] <= a.time_below]
+    if small:
+        lines += ["", f"Median time per call (us), sizes up to {human(a.time_below)}:", ""]
+        lines.append("| size | " + " | ".join(label(l) for l in libs) + " |")
+        lines.append("|---:|" + "---:|" * len(libs))
+        for row in small:
+            lines.append(f"| {human(row['size'])} | " +
+                         " | ".join(fmt(row["time"].get(l)) for l in libs) + " |")
+    ratios = [row["ratio"] for row in table if row["ratio"] is not None]
+    big = [row["ratio"] for row in table if row["ratio"] is not None and row["size"] >= 1 << 20]
+    lines.append("")
+    if ratios:
+        lines.append(f"Chorus / best peer, median over sizes: {statistics.median(ratios):.2f} "
+                     f"(all sizes), {fmt(statistics.median(big) if big else None)} "
+                     f"(1 MiB and up).")
+    if res["bound"]:
+        pp = statistics.median([b["per_process_rw_GBps"] for b in res["bound"]])
+        tot = statistics.median([b["total_rw_GBps"] for b in res["bound"]])
+        lo = min(b["bound_busbw_GBps"] for b in res["bound"])
+        hi = max(b["bound_busbw_GBps"] for b in res["bound"])
+        lines.append(f"Memory bound: {a.nranks} processes each copying {human(a.bound_size)} "
+                     f"with memcpy at once move {tot:.2f} GB/s read+written in all, {pp:.2f} GB/s "
+                     f"per process; an all-reduce that only read its input and wrote its output "
+                     f"once would reach about half of that: **{bound:.2f} GB/s** busbw "
+                     f"(rounds: {lo:.2f}-{hi:.2f}).")
+    if a.algos:
+        lines += ["", f"### Chorus algorithms (CHORUS_ALGO), busbw (GB/s)", ""]
+        algo_libs = ["chorus"] + [f"chorus:{x}" for x in a.algos]
+        algo_libs = [l for l in algo_libs if l in res["runs"]]
+        algo_table = summarize(a, res, "chorus", peers=algo_libs[1:])
+        lines.append("| size | " + " | ".join(label(l) for l in algo_libs) + " | fastest |")
+        lines.append("|---:|" + "---:|" * (len(algo_libs) + 1))
+        for row in algo_table:
+            lines.append(f"| {human(row['size'])} | " +
+                         " | ".join(cell(row, l, a.spread) for l in algo_libs) +
+                         f" | {label(row['best']) if row['best'] else 'n/a'} |")
+    lines += ["", "Libraries:"]
+    for lib in libs + [f"chorus:{x}" for x in a.algos]:
+        v = res["unsupported"].get(lib) or res["versions"].get(lib) or "did not run"
+        lines.append(f"- {label(lib)}: {v}; {res['seconds'].get(lib, 0):.0f} s of runs")
+    lines.append(f"- machine: {os.cpu_count()} CPUs, {cpu_model()}; load average before "
+                 f"{res['load_before']}, after {res['load_after']}")
+    if res["failures"]:
+        lines += ["", "Failures:"] + [f"- {f}" for f in res["failures"]]
+    lines.append(f"\nLogs: {res['log_dir']}")
+    return "\n".join(lines) + "\n", bound
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def plot(a, res, libs, bound, path, title_extra=""):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("compare.py: matplotlib is missing (apt-get install python3-matplotlib; run with "
+              "/usr/bin/python3): no plot", file=sys.stderr)
+        return False
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    for lib in libs:
+        runs = res["runs"].get(lib, {})
+        xs = [s for s in size_list(a) if runs.get(s)]
+        if not xs:
+            continue
+        med = [median_of(runs[s], "busbw") for s in xs]
+        lo = [m - min(x["busbw"] for x in runs[s]) for m, s in zip(med, xs)]
+        hi = [max(x["busbw"] for x in runs[s]) - m for m, s in zip(med, xs)]
+        ax.errorbar(xs, med, yerr=[lo, hi], marker="o", markersize=4, capsize=3,
+                    linewidth=1.5, label=label(lib))
+    if bound is not None:
+        ax.axhline(bound, color="black", linestyle="--", linewidth=1,
+                   label=f"memcpy bound ({bound:.2f} GB/s)")
+    ax.set_xscale("log", base=2)
+    ticks = size_list(a)
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([human(t).replace(" ", "") for t in ticks], rotation=45, ha="right")
+    ax.set_xlabel("size (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    mode = "in-place" if a.inplace else "out-of-place"
+    ax.set_title(f"{a.coll}, {a.nranks} ranks, float32, {mode}{title_extra}: median of "
+                 f"{a.rounds} rounds (bars: min-max)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main(argv):
+    a = parse_args(argv)
+    libs = list(a.libs)
+    if a.algos and "chorus" not in libs:
+        libs.insert(0, "chorus")
+    run_libs = libs + [f"chorus:{x}" for x in a.algos]
+    runner = Runner(a)
+    if any(l.startswith("chorus") for l in run_libs) and not a.dry_run:
+        for path in (runner.chorusrun, runner.perf):
+            if not os.access(path, os.X_OK):
+                sys.exit(f"compare.py: {path} is missing: build Chorus first (meson setup "
+                         f"{a.build} && meson compile -C {a.build}), or pass --build DIR")
+    unavailable = build_peers(a, libs)
+    if "gloo" in libs and subprocess.run(
+            [a.python, "-c", "import torch.distributed as d; assert d.is_gloo_available()"],
+            capture_output=True).returncode != 0:
+        unavailable["gloo"] = f"{a.python} cannot import torch with gloo (apt-get install " \
+                              "python3-torch)"
+    if "bound" in unavailable:
+        print(f"compare.py: memcpy_bound: {unavailable.pop('bound')}", file=sys.stderr)
+        a.no_bound = True
+    for lib, why in unavailable.items():
+        print(f"compare.py: skipping {label(lib)}: {why}", file=sys.stderr)
+    run_libs = [l for l in run_libs if l not in unavailable]
+    libs = [l for l in libs if l not in unavailable]
+    plan = bands(a)
+    print(f"# plan: {len(size_list(a))} sizes in {len(plan)} runs per library and round, "
+          f"{a.rounds} rounds, libraries: {', '.join(label(l) for l in run_libs)}",
+          file=sys.stderr)
+    t0 = time.monotonic()
+    res = measure(a, run_libs)
+    if a.dry_run:
+        return 0
+    table = summarize(a, res)
+    text, bound = report(a, res, libs, table)
+    text += f"Total wall time: {time.monotonic() - t0:.0f} s.\n"
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+    if a.plot:
+        plot(a, res, libs, bound, a.plot)
+    if a.algo_plot and a.algos:
+        plot(a, res, ["chorus"] + [f"chorus:{x}" for x in a.algos], bound, a.algo_plot,
+             " (Chorus algorithms)")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"args": vars(a), "table": table, **{k: v for k, v in res.items()}}, f,
+                      indent=1, default=str)
+    return 1 if res["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
