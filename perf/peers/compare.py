@@ -65,6 +65,9 @@ def parse_args(argv):
                    help="data per timed measurement: -n = this / size, clamped (default 1G)")
     p.add_argument("--min-iters", type=int, default=5)
     p.add_argument("--max-iters", type=int, default=200)
+    p.add_argument("--fixed-iters", type=int, default=0,
+                   help="one sweep over every size per library and round with this -n "
+                        "(as nccl-tests runs), instead of -n scaled by size")
     p.add_argument("--average", type=int, default=1, choices=range(4),
                    help="time across ranks, as the perf tools' -a (default 1: mean)")
     p.add_argument("--inplace", action="store_true",
@@ -91,6 +94,7 @@ def parse_args(argv):
     p.add_argument("--json", help="write every run's rows here")
     p.add_argument("--log-dir", help="keep each run's output here (default PEERS_BUILD/logs/..)")
     p.add_argument("--spread", action="store_true", help="show min-max across rounds in cells")
+    p.add_argument("--logy", action="store_true", help="logarithmic busbw axis on the plots")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     a = p.parse_args(argv)
     a.libs = [x for x in a.libs.split(",") if x]
@@ -119,6 +123,8 @@ def size_list(a):
 
 
 def iters_for(a, size):
+    if a.fixed_iters > 0:
+        return a.fixed_iters
     return max(a.min_iters, min(a.max_iters, a.bytes_per_size // max(size, 1)))
 
 
@@ -264,7 +270,7 @@ def header_line(text):
     for line in text.splitlines():
         if line.startswith("# nccl-tests-compatible") or line.startswith("# mpi_bench") or \
                 line.startswith("# gloo_bench"):
-            return line[2:].strip()
+            return " ".join(line[2:].split())
     return None
 
 
@@ -327,8 +333,9 @@ def measure(a, libs):
                         res["failures"].append(f"round {r} {lib} size {size}: "
                                                f"{row['wrong']} wrong elements")
                     res["runs"][lib].setdefault(size, []).append(dict(row, round=r))
-            print(f"# round {r + 1}/{a.rounds}: sizes {human(band['sizes'][0])}.."
-                  f"{human(band['sizes'][-1])} done", file=sys.stderr, flush=True)
+            if not a.dry_run:
+                print(f"# round {r + 1}/{a.rounds}: sizes {human(band['sizes'][0])}.."
+                      f"{human(band['sizes'][-1])} done", file=sys.stderr, flush=True)
     res["load_after"] = read_loadavg()
     return res
 
@@ -345,7 +352,8 @@ def per_round(runs, key):
 
 
 def summarize(a, res, main_lib="chorus", peers=PEERS):
-    """Per size: medians, the best peer and the median per-round ratio main / best peer."""
+    """Per size: medians, the best peer (fastest median) and the median per-round busbw ratio
+    main / best peer."""
     table = []
     for size in size_list(a):
         row = {"size": size, "busbw": {}, "time": {}, "spread": {}}
@@ -356,13 +364,15 @@ def summarize(a, res, main_lib="chorus", peers=PEERS):
                 row["time"][lib] = median_of(got, "time_us")
                 vals = [x["busbw"] for x in got]
                 row["spread"][lib] = (min(vals), max(vals))
-        cands = [p for p in peers if p in row["busbw"]]
-        row["best"] = max(cands, key=lambda p: row["busbw"][p]) if cands else None
+        # Same size and bus factor: busbw ratios are time ratios, which keep their precision
+        # at small sizes where busbw prints as 0.00.
+        cands = [p for p in peers if p in row["time"]]
+        row["best"] = min(cands, key=lambda p: row["time"][p]) if cands else None
         row["ratio"] = None
-        if row["best"] and main_lib in row["busbw"]:
-            mine = per_round(res["runs"][main_lib][size], "busbw")
-            theirs = per_round(res["runs"][row["best"]][size], "busbw")
-            ratios = [mine[r] / theirs[r] for r in mine if r in theirs and theirs[r] > 0]
+        if row["best"] and main_lib in row["time"]:
+            mine = per_round(res["runs"][main_lib][size], "time_us")
+            theirs = per_round(res["runs"][row["best"]][size], "time_us")
+            ratios = [theirs[r] / mine[r] for r in mine if r in theirs and mine[r] > 0]
             row["ratio"] = statistics.median(ratios) if ratios else None
         table.append(row)
     return table
@@ -398,9 +408,10 @@ def report(a, res, libs, table):
     lines.append("")
     lines.append(f"Median over {a.rounds} interleaved rounds; sizes {human(size_list(a)[0])} to "
                  f"{human(size_list(a)[-1])}; time per call averaged over -n iterations "
-                 f"(-n = {human(a.bytes_per_size)} / size, clamped to "
-                 f"[{a.min_iters}, {a.max_iters}]), then "
-                 f"{['rank 0', 'mean', 'min', 'max'][a.average]} over ranks.")
+                 + (f"(-n = {a.fixed_iters}), then " if a.fixed_iters > 0 else
+                    f"(-n = {human(a.bytes_per_size)} / size, clamped to "
+                    f"[{a.min_iters}, {a.max_iters}]), then ")
+                 + f"{['rank 0', 'mean', 'min', 'max'][a.average]} over ranks.")
     lines.append("")
     cols = [label(l) for l in libs] + ["best peer", "Chorus / best peer"]
     if bound is not None and "chorus" in libs:
@@ -441,11 +452,12 @@ def report(a, res, libs, table):
                      f"once would reach about half of that: **{bound:.2f} GB/s** busbw "
                      f"(rounds: {lo:.2f}-{hi:.2f}).")
     if a.algos:
-        lines += ["", f"### Chorus algorithms (CHORUS_ALGO), busbw (GB/s)", ""]
+        lines += ["", "### Chorus algorithms (CHORUS_ALGO), busbw (GB/s)", ""]
         algo_libs = ["chorus"] + [f"chorus:{x}" for x in a.algos]
         algo_libs = [l for l in algo_libs if l in res["runs"]]
         algo_table = summarize(a, res, "chorus", peers=algo_libs[1:])
-        lines.append("| size | " + " | ".join(label(l) for l in algo_libs) + " | fastest |")
+        lines.append("| size | " + " | ".join(label(l) for l in algo_libs) +
+                     " | fastest forced |")
         lines.append("|---:|" + "---:|" * (len(algo_libs) + 1))
         for row in algo_table:
             lines.append(f"| {human(row['size'])} | " +
@@ -454,7 +466,7 @@ def report(a, res, libs, table):
     lines += ["", "Libraries:"]
     for lib in libs + [f"chorus:{x}" for x in a.algos]:
         v = res["unsupported"].get(lib) or res["versions"].get(lib) or "did not run"
-        lines.append(f"- {label(lib)}: {v}; {res['seconds'].get(lib, 0):.0f} s of runs")
+        lines.append(f"- {label(lib)}: {v}; {res['seconds'].get(lib, 0):.1f} s of runs")
     lines.append(f"- machine: {os.cpu_count()} CPUs, {cpu_model()}; load average before "
                  f"{res['load_before']}, after {res['load_after']}")
     if res["failures"]:
@@ -498,6 +510,8 @@ def plot(a, res, libs, bound, path, title_extra=""):
         ax.axhline(bound, color="black", linestyle="--", linewidth=1,
                    label=f"memcpy bound ({bound:.2f} GB/s)")
     ax.set_xscale("log", base=2)
+    if a.logy:
+        ax.set_yscale("log")
     ticks = size_list(a)
     ax.set_xticks(ticks)
     ax.set_xticklabels([human(t).replace(" ", "") for t in ticks], rotation=45, ha="right")

@@ -94,17 +94,25 @@ int main(int argc, char** argv) {
   int c;
   while ((c = getopt(argc, argv, "p:s:r:k:h")) != -1) {
     switch (c) {
-      case 'p': procs = parseCount(optarg, 1, MAX_PROCS, "-p (processes)"); break;
-      case 's': bytes = parseSize(optarg); break;
-      case 'r': reps = parseCount(optarg, 1, MAX_REPS, "-r (repetitions)"); break;
-      case 'k': copies = parseCount(optarg, 1, 1 << 20, "-k (copies per repetition)"); break;
+      case 'p':
+        procs = parseCount(optarg, 1, MAX_PROCS, "-p (processes)");
+        break;
+      case 's':
+        bytes = parseSize(optarg);
+        break;
+      case 'r':
+        reps = parseCount(optarg, 1, MAX_REPS, "-r (repetitions)");
+        break;
+      case 'k':
+        copies = parseCount(optarg, 1, 1 << 20, "-k (copies per repetition)");
+        break;
       default:
         printf("usage: memcpy_bound [-p procs=2] [-s bytes=256M] [-r reps=5] [-k copies=4]\n");
         return c == 'h' ? 0 : 2;
     }
   }
-  struct Shared* sh = mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                           -1, 0);
+  struct Shared* sh =
+      mmap(NULL, sizeof(*sh), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (sh == MAP_FAILED) {
     perror("memcpy_bound: mmap");
     return 1;

@@ -92,16 +92,36 @@ static struct Options parseOptions(int argc, char** argv) {
   int c;
   while ((c = getopt(argc, argv, "b:e:i:f:n:w:c:a:r:I:d:o:h")) != -1) {
     switch (c) {
-      case 'b': o.minBytes = parseSize(optarg, "minbytes (-b)"); break;
-      case 'e': o.maxBytes = parseSize(optarg, "maxbytes (-e)"); break;
-      case 'i': o.stepBytes = parseSize(optarg, "stepbytes (-i)"); break;
-      case 'f': o.stepFactor = (size_t)parseInt(optarg, "stepfactor (-f)", 1, 1 << 20); break;
-      case 'n': o.iters = (int)parseInt(optarg, "iters (-n)", 1, INT32_MAX); break;
-      case 'w': o.warmupIters = (int)parseInt(optarg, "warmup_iters (-w)", 0, INT32_MAX); break;
-      case 'c': o.check = (int)parseInt(optarg, "check (-c)", 0, 1 << 20); break;
-      case 'a': o.average = (int)parseInt(optarg, "average (-a)", 0, 3); break;
-      case 'r': o.root = (int)parseInt(optarg, "root (-r)", 0, INT32_MAX); break;
-      case 'I': o.inPlace = (int)parseInt(optarg, "inplace (-I)", 0, 1); break;
+      case 'b':
+        o.minBytes = parseSize(optarg, "minbytes (-b)");
+        break;
+      case 'e':
+        o.maxBytes = parseSize(optarg, "maxbytes (-e)");
+        break;
+      case 'i':
+        o.stepBytes = parseSize(optarg, "stepbytes (-i)");
+        break;
+      case 'f':
+        o.stepFactor = (size_t)parseInt(optarg, "stepfactor (-f)", 1, 1 << 20);
+        break;
+      case 'n':
+        o.iters = (int)parseInt(optarg, "iters (-n)", 1, INT32_MAX);
+        break;
+      case 'w':
+        o.warmupIters = (int)parseInt(optarg, "warmup_iters (-w)", 0, INT32_MAX);
+        break;
+      case 'c':
+        o.check = (int)parseInt(optarg, "check (-c)", 0, 1 << 20);
+        break;
+      case 'a':
+        o.average = (int)parseInt(optarg, "average (-a)", 0, 3);
+        break;
+      case 'r':
+        o.root = (int)parseInt(optarg, "root (-r)", 0, INT32_MAX);
+        break;
+      case 'I':
+        o.inPlace = (int)parseInt(optarg, "inplace (-I)", 0, 1);
+        break;
       case 'd':
         if (strcmp(optarg, "float") != 0 && strcmp(optarg, "float32") != 0)
           fail("datatype '%s' is not supported: mpi_bench times float only", optarg);
@@ -114,7 +134,8 @@ static struct Options parseOptions(int argc, char** argv) {
         if (gRank == 0) usage();
         MPI_Finalize();
         exit(0);
-      default: fail("invalid command line (see mpi_bench -h)");
+      default:
+        fail("invalid command line (see mpi_bench -h)");
     }
   }
   if (optind + 1 != argc) fail("expected one collective name (see mpi_bench -h)");
@@ -147,10 +168,13 @@ static struct Counts countsFor(enum Coll coll, size_t count) {
 static double busFactor(enum Coll coll) {
   double n = gSize;
   switch (coll) {
-    case ALL_REDUCE: return 2.0 * (n - 1) / n;
+    case ALL_REDUCE:
+      return 2.0 * (n - 1) / n;
     case ALL_GATHER:
-    case REDUCE_SCATTER: return (n - 1) / n;
-    default: return 1.0;
+    case REDUCE_SCATTER:
+      return (n - 1) / n;
+    default:
+      return 1.0;
   }
 }
 
@@ -191,7 +215,8 @@ static struct Call callFor(const struct Bench* b, const struct Counts* c, int in
   size_t sendNeed = inPlace ? 0 : c->send * ts;
   size_t recvNeed = (inPlace ? inPlaceSpan(c, gRank) : c->recv) * ts;
   size_t span = sendNeed > recvNeed ? sendNeed : recvNeed;
-  size_t room = inPlace ? b->recvBytes : (b->sendBytes < b->recvBytes ? b->sendBytes : b->recvBytes);
+  size_t room =
+      inPlace ? b->recvBytes : (b->sendBytes < b->recvBytes ? b->sendBytes : b->recvBytes);
   size_t steps = span ? room / span : 1;
   if (steps == 0) steps = 1;
   size_t shift = span * ((size_t)iter % steps);
@@ -214,8 +239,8 @@ static void launch(const struct Bench* b, const struct Counts* c, int inPlace, i
       if (k.send)
         rc = MPI_Allgather(k.send, n, MPI_FLOAT, k.recv, n, MPI_FLOAT, MPI_COMM_WORLD);
       else
-        rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, k.recv, n, MPI_FLOAT,
-                           MPI_COMM_WORLD);
+        rc =
+            MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, k.recv, n, MPI_FLOAT, MPI_COMM_WORLD);
       break;
     case REDUCE_SCATTER:
       rc = MPI_Reduce_scatter_block(k.send ? (void*)k.send : MPI_IN_PLACE, k.recv, n, MPI_FLOAT,
@@ -227,7 +252,8 @@ static void launch(const struct Bench* b, const struct Counts* c, int inPlace, i
       rc = MPI_Bcast(k.send && gRank == b->opt.root ? k.send : k.recv, n, MPI_FLOAT, b->opt.root,
                      MPI_COMM_WORLD);
       break;
-    default: break;
+    default:
+      break;
   }
   if (rc != MPI_SUCCESS) fail("%s failed with MPI error %d", kCollNames[b->opt.coll], rc);
 }
@@ -257,8 +283,10 @@ static float expected(const struct Bench* b, const struct Counts* c, size_t i, u
     case REDUCE_SCATTER:
       for (int r = 0; r < gSize; ++r) sum += inputValue(r, (size_t)gRank * c->recv + i, seed);
       return sum;
-    case ALL_GATHER: return inputValue((int)(i / c->send), i % c->send, seed);
-    default: return inputValue(b->opt.root, i, seed);
+    case ALL_GATHER:
+      return inputValue((int)(i / c->send), i % c->send, seed);
+    default:
+      return inputValue(b->opt.root, i, seed);
   }
 }
 
@@ -338,13 +366,15 @@ static void printHeader(const struct Options* o) {
   gethostname(host, sizeof(host) - 1);
   if (gRank != 0) return;
   printf("# mpi_bench %s: %s\n", kCollNames[o->coll], version);
-  printf("# nRanks %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
-         "validation: %d\n",
-         gSize, o->minBytes, o->maxBytes, o->stepFactor > 1 ? o->stepFactor : o->stepBytes,
-         o->stepFactor > 1 ? "factor" : "bytes", o->warmupIters, o->iters, o->check);
-  printf("#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
-         "in-place          \n",
-         "", "", "", "", "");
+  printf(
+      "# nRanks %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
+      "validation: %d\n",
+      gSize, o->minBytes, o->maxBytes, o->stepFactor > 1 ? o->stepFactor : o->stepBytes,
+      o->stepFactor > 1 ? "factor" : "bytes", o->warmupIters, o->iters, o->check);
+  printf(
+      "#\n# %10s  %12s  %8s  %6s  %6s           out-of-place                       "
+      "in-place          \n",
+      "", "", "", "", "");
   printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "size", "count",
          "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
          "#wrong");
