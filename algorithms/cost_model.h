@@ -22,9 +22,9 @@ struct CostModel {
   // Direct algorithms: ranks read each other's staged inputs from a shared region.
   double directSyncUs = 0.5;  // publishing a flag and seeing every peer's
   double memGBps = 18.0;      // one core streaming bytes read plus bytes written
-  // Scheduling: a hand-off whose peer is not running (more ranks than cores) waits for it to
-  // be woken and scheduled.
-  double wakeUs = 40.0;
+  // Scheduling: a hand-off whose peer is not running (more ranks than cores) waits for the peer
+  // to get the core, which the waiting rank yields to it after a short spin.
+  double wakeUs = 3.0;
   // Starting a channel's worker thread for one collective (wake, then join at the end).
   double channelLaunchUs = 8.0;
 };

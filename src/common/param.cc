@@ -60,8 +60,14 @@ const std::vector<ParamDef> kParams = {
     {"BUFFSIZE", ParamType::kInt, "1048576",
      "Bytes of each connector FIFO (split into STEPS slots)", true},
     {"STEPS", ParamType::kInt, "8", "Slots per connector FIFO", false},
-    {"SPIN_COUNT", ParamType::kInt, "2000",
-     "Polls of a FIFO counter before a waiting thread sleeps in the kernel until woken", false},
+    {"SPIN_COUNT", ParamType::kInt, "-1",
+     "Polls a waiting thread spins before it yields its core and then sleeps (-1: 2000, or 20 "
+     "when a host has more ranks than cores)",
+     false},
+    {"SPIN_YIELD_US", ParamType::kInt, "1000",
+     "After spinning, microseconds a waiting thread keeps polling while yielding its core "
+     "(to a peer waiting for it) before it sleeps",
+     false},
     // Topology
     {"TOPO_FILE", ParamType::kString, "",
      "Read the local topology from this Chorus JSON topology file instead of detecting it", true},

@@ -1,6 +1,7 @@
 #include "common/wait.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -33,9 +34,12 @@ Code Waiter::pause(const std::atomic<uint64_t>& counter, uint64_t seen,
   if (polls_ <= spinCount_) {
     cpuRelax();
     if ((polls_ & 255) != 0) return Code::kInProgress;
+  } else if (yielding()) {
+    // The peer may be waiting for this core (ranks outnumbering cores, or other load): hand it
+    // over for a while, which costs microseconds, before sleeping, whose wake-up costs tens.
+    sched_yield();
   } else {
-    // Spinning any longer would keep the core from the peer this thread waits for (ranks may
-    // outnumber cores): sleep until the counter moves.
+    // Nobody came within the yield window: sleep until the counter moves.
     sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (counter.load(std::memory_order_seq_cst) == seen && !aborted()) {
       int64_t slice = kSleepSliceNs;
@@ -53,11 +57,20 @@ Code Waiter::pause(const std::atomic<uint64_t>& counter, uint64_t seen,
   return Code::kInProgress;
 }
 
+bool Waiter::yielding() {
+  if (yieldNs_ <= 0) return false;
+  Clock::time_point now = Clock::now();
+  if (yieldStart_ == Clock::time_point()) yieldStart_ = now;
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(now - yieldStart_).count() < yieldNs_;
+}
+
 Code Waiter::pauseAny() {
   ++polls_;
   if (polls_ <= spinCount_) {
     cpuRelax();
     if ((polls_ & 255) != 0) return Code::kInProgress;
+  } else if (yielding()) {
+    sched_yield();
   } else {
     struct timespec ts = {0, 20 * 1000};
     nanosleep(&ts, nullptr);

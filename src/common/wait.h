@@ -26,7 +26,12 @@ class Waiter {
   Waiter(double timeoutSeconds, const AbortFlag* abort, int64_t spinCount = 2000)
       : abort_(abort), spinCount_(spinCount), timeoutSeconds_(timeoutSeconds) {}
 
-  // Call once per failed poll. Spins for spinCount polls, then blocks in the kernel until
+  // Microseconds of sched_yield polls between spinning and sleeping (CHORUS_SPIN_YIELD_US for
+  // the data path; 0: none).
+  void setYieldMicros(int64_t us) { yieldNs_ = us * 1000; }
+
+  // Call once per failed poll. Spins for spinCount polls, yields the core for the yield window
+  // (setYieldMicros), then blocks in the kernel until
   // `counter` no longer holds `seen` (or a short slice passed, to look at the deadline and the
   // abort flag). The thread that changes the counter calls wakeSleepers with the same flag.
   // Returns kInProgress while waiting may go on, an error when the deadline passed
@@ -58,6 +63,9 @@ class Waiter {
   int64_t spinCount_;
   int64_t polls_ = 0;
   double timeoutSeconds_;
+  int64_t yieldNs_ = 0;
+  Clock::time_point yieldStart_{};
+  bool yielding();
   mutable bool deadlineSet_ = false;
   mutable Clock::time_point deadline_;
 };

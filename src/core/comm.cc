@@ -105,7 +105,6 @@ Status Communicator::init(const UniqueIdInfo& id) {
                            static_cast<long long>(directBytes));
   tuning_.directChunkBytes = static_cast<size_t>(directBytes);
   timeoutSeconds_ = static_cast<double>(paramInt("TIMEOUT"));
-  spinCount_ = paramInt("SPIN_COUNT");
   // The local topology (CHORUS_TOPO_FILE or detected): a bad file fails before any waiting.
   Result<const LocalTopology*> topo = processTopology();
   if (!topo.isOk()) return topo.status().withContext(formatString("rank %d init", rank_));
@@ -174,6 +173,10 @@ Status Communicator::init(const UniqueIdInfo& id) {
     tuning_.coresPerRank = std::min(tuning_.coresPerRank, static_cast<double>(cpus) / local);
   }
   tuning_.shm = !anyShmDisabled;
+  // Spinning pays while every rank has a core; with more ranks than cores a waiting rank holds
+  // the core its peer needs, so it spins briefly and then yields (CHORUS_SPIN_YIELD_US).
+  spinCount_ = paramInt("SPIN_COUNT");
+  if (spinCount_ < 0) spinCount_ = tuning_.coresPerRank < 1.0 ? 20 : 2000;
   // The topology's figure for the network: the slowest link speed any rank reported.
   if (tuning_.nnodes > 1 || anyShmDisabled) {
     int slowest = 0;
@@ -218,6 +221,7 @@ Status Communicator::init(const UniqueIdInfo& id) {
   exec_.abort = &abort_;
   exec_.timeoutSeconds = timeoutSeconds_;
   exec_.spinCount = spinCount_;
+  exec_.yieldMicros = paramInt("SPIN_YIELD_US");
   LOG_INFO(kSubsysInit, "rank %d of %d ready (%s memory, comm %s)", rank_, nranks_,
            options_.host ? "host" : "device", transportCtx_.commTag.c_str());
   return Status::ok();

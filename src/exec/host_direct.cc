@@ -30,17 +30,18 @@ class HostDirectPrims {
   bool stage(size_t in, size_t n) {
     sequence_ = region_.nextSequence();
     slot_ = static_cast<int>(sequence_ % 2);
+    chunkBytes_ = n * eltSize_;  // the same on every rank: it picks inline or buffer staging
     // The buffers of sequence - 2 are free: see direct_region.h.
     if (n > 0 && op_.kind == RedKind::kPreMulSum) {
       ReduceCopyArgs a;
       a.local = input_ + in * eltSize_;
-      a.dst0 = region_.staging(ctx_.rank, slot_);
+      a.dst0 = region_.staged(ctx_.rank, slot_, chunkBytes_);
       a.count = n;
       a.type = type_;
       a.op = &op_;
       reduceCopy(a);
     } else if (n > 0) {
-      memcpy(region_.staging(ctx_.rank, slot_), input_ + in * eltSize_, n * eltSize_);
+      memcpy(region_.staged(ctx_.rank, slot_, chunkBytes_), input_ + in * eltSize_, n * eltSize_);
     }
     region_.counter(ctx_.rank, DirectCounterKind::kStaged).publish(sequence_);
     return true;
@@ -48,15 +49,15 @@ class HostDirectPrims {
 
   bool reduceToOutput(int peer, size_t from, size_t out, size_t n, bool first, bool last) {
     if (!wait(peer, DirectCounterKind::kStaged, sequence_, "stage its input")) return false;
-    reduceInto(output_ + out * eltSize_, region_.staging(peer, slot_) + from * eltSize_, n, first,
-               last);
+    reduceInto(output_ + out * eltSize_, region_.staged(peer, slot_, chunkBytes_) + from * eltSize_,
+               n, first, last);
     return true;
   }
 
   bool reduceToResult(int peer, size_t from, size_t n, bool first, bool last) {
     if (!wait(peer, DirectCounterKind::kStaged, sequence_, "stage its input")) return false;
     reduceInto(region_.result(ctx_.rank, slot_) + from * eltSize_,
-               region_.staging(peer, slot_) + from * eltSize_, n, first, last);
+               region_.staged(peer, slot_, chunkBytes_) + from * eltSize_, n, first, last);
     return true;
   }
 
@@ -100,7 +101,7 @@ class HostDirectPrims {
   }
 
   bool wait(int peer, DirectCounterKind kind, uint64_t target, const char* what) {
-    Waiter w(ctx_.timeoutSeconds, ctx_.abort, ctx_.spinCount);
+    Waiter w = ctx_.waiter();
     Code c = region_.waitAtLeast(peer, kind, target, w);
     if (c == Code::kSuccess) return true;
     if (c == Code::kRemoteError) {
@@ -129,6 +130,7 @@ class HostDirectPrims {
   const char* pending_ = nullptr;
   uint64_t sequence_ = 0;
   int slot_ = 0;
+  size_t chunkBytes_ = 0;
   Status status_;
 };
 

@@ -55,7 +55,7 @@ class HostRingPrims {
     void* sendSlot = nullptr;
     Code failure = Code::kSuccess;
     if (useRecv) {
-      Waiter w(ctx_.timeoutSeconds, ctx_.abort, ctx_.spinCount);
+      Waiter w = ctx_.waiter();
       size_t got = 0;
       recvSlot = ch_.recv.wait(w, &got, &failure);
       if (recvSlot == nullptr) return fail(failure, ch_.prevRank, ch_.recvTransport, "from");
@@ -66,7 +66,7 @@ class HostRingPrims {
       }
     }
     if (useSend) {
-      Waiter w(ctx_.timeoutSeconds, ctx_.abort, ctx_.spinCount);
+      Waiter w = ctx_.waiter();
       sendSlot = ch_.send.acquire(w, &failure);
       if (sendSlot == nullptr) return fail(failure, ch_.nextRank, ch_.sendTransport, "to");
     }

@@ -34,6 +34,15 @@ struct ExecContext {
   const AbortFlag* abort = nullptr;
   double timeoutSeconds = 0;
   int64_t spinCount = 2000;
+  int64_t yieldMicros = 0;  // CHORUS_SPIN_YIELD_US
+
+  // How every wait of a collective polls: spin, yield the core, then sleep; bounded by the
+  // timeout and the abort flag.
+  Waiter waiter() const {
+    Waiter w(timeoutSeconds, abort, spinCount);
+    w.setYieldMicros(yieldMicros);
+    return w;
+  }
 };
 
 // One collective call on host buffers. count is per rank: the elements each rank contributes

@@ -15,10 +15,11 @@ struct LocalBarrier {
   std::atomic<uint64_t> arrived{0};
   std::atomic<uint32_t> sleepers{0};
 
-  void arriveAndWait(uint64_t target, int64_t spinCount) {
+  void arriveAndWait(uint64_t target, const ExecContext& ctx) {
     arrived.fetch_add(1, std::memory_order_acq_rel);
     wakeSleepers(arrived, sleepers);
-    Waiter waiter(0, nullptr, spinCount);
+    Waiter waiter(0, nullptr, ctx.spinCount);
+    waiter.setYieldMicros(ctx.yieldMicros);
     uint64_t seen;
     while ((seen = arrived.load(std::memory_order_acquire)) < target)
       waiter.pause(arrived, seen, sleepers);
@@ -71,7 +72,7 @@ Status hostLaunch(const ExecContext& ctx, const std::vector<HostWork>& works,
     for (size_t k = 0; k < n; ++k) {
       // After a failure this thread only keeps the barrier so that the others finish.
       if (results[c].isOk()) results[c] = runWork(ctx, works[k], c, resources);
-      if (k + 1 < n) barrier.arriveAndWait((k + 1) * nthreads, ctx.spinCount);
+      if (k + 1 < n) barrier.arriveAndWait((k + 1) * nthreads, ctx);
     }
   });
   for (int c = 0; c < nthreads; ++c)

@@ -82,7 +82,7 @@ Status hostP2p(const ExecContext& ctx, const std::vector<P2pOp>& ops,
   // Only the oldest unfinished transfer per (peer, direction) may move: that keeps call order.
   std::vector<int> busySend(ctx.nranks), busyRecv(ctx.nranks);
   size_t remaining = transfers.size();
-  Waiter waiter(ctx.timeoutSeconds, ctx.abort, ctx.spinCount);
+  Waiter waiter = ctx.waiter();
   while (remaining > 0) {
     bool moved = false;
     std::fill(busySend.begin(), busySend.end(), 0);
@@ -126,7 +126,7 @@ Status hostP2p(const ExecContext& ctx, const std::vector<P2pOp>& ops,
       if (t.finished()) --remaining;
     }
     if (moved) {
-      waiter = Waiter(ctx.timeoutSeconds, ctx.abort, ctx.spinCount);
+      waiter = ctx.waiter();
       continue;
     }
     Code c = waiter.pauseAny();

@@ -118,7 +118,7 @@ class HostTreePrims {
   }
 
   const void* waitRecv(HostTreeLink& link, int tree, size_t bytes, const char* what) {
-    Waiter w(ctx_.timeoutSeconds, ctx_.abort, ctx_.spinCount);
+    Waiter w = ctx_.waiter();
     Code failure = Code::kSuccess;
     size_t got = 0;
     const void* slot = link.recv.wait(w, &got, &failure);
@@ -136,7 +136,7 @@ class HostTreePrims {
   }
 
   void* acquireSend(HostTreeLink& link, int tree, const char* what) {
-    Waiter w(ctx_.timeoutSeconds, ctx_.abort, ctx_.spinCount);
+    Waiter w = ctx_.waiter();
     Code failure = Code::kSuccess;
     void* slot = link.send.acquire(w, &failure);
     if (slot == nullptr) fail(failure, link, tree, what, false);

@@ -29,9 +29,14 @@ namespace chorus {
 
 // A sequence counter in shared memory with the word Waiter::pause uses to sleep on it. Futexes
 // on shared mappings work across processes, so a waiter in another process is woken too.
+constexpr size_t kDirectInlineBytes = 24;
+
 struct DirectCounter {
   alignas(kCacheLine) std::atomic<uint64_t> value;
   std::atomic<uint32_t> sleepers;
+  // Chunks this small travel in the counter's own cache line (one per sequence parity), so a
+  // reader's one miss on the counter brings the data along.
+  alignas(8) unsigned char inlineData[2][kDirectInlineBytes];
 
   // Stores a new value (release: everything written before is visible to whoever sees it) and
   // wakes sleepers.
@@ -41,6 +46,7 @@ struct DirectCounter {
   }
 };
 
+static_assert(sizeof(DirectCounter) == kCacheLine, "a counter and its inline data fill one line");
 static_assert(std::atomic<uint64_t>::is_always_lock_free &&
                   std::atomic<uint32_t>::is_always_lock_free,
               "counters shared between processes must be lock-free");
@@ -82,6 +88,15 @@ class DirectRegion {
 
   // Buffers of rank r's segment; slot is sequence % 2.
   char* staging(int r, int slot) const { return data_[r] + static_cast<size_t>(slot) * stride_; }
+  // Where rank r's staged chunk of `bytes` bytes lives: inline in its counter when small.
+  char* staged(int r, int slot, size_t bytes) const {
+    return bytes <= kDirectInlineBytes
+               ? reinterpret_cast<char*>(
+                     headers_[r]
+                         ->counters[static_cast<int>(DirectCounterKind::kStaged)]
+                         .inlineData[slot])
+               : staging(r, slot);
+  }
   char* result(int r, int slot) const { return data_[r] + static_cast<size_t>(2 + slot) * stride_; }
   DirectCounter& counter(int r, DirectCounterKind kind) const {
     return headers_[r]->counters[static_cast<int>(kind)];
