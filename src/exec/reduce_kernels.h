@@ -267,6 +267,9 @@ struct PreMulSumFn {
 // ---- Loops. dst0 and dst1 may alias a source exactly: every element is read before it is
 // written, and GCC's runtime overlap check still takes the vector loop for exact aliasing. ----
 
+// Elements per block when a one-output loop is followed by a copy to the second output.
+constexpr size_t kCopyBlock = 2048;
+
 template <class Codec, bool kDst1>
 inline void encodeOut(const typename Codec::Compute* __restrict in, typename Codec::Store* dst0,
                       typename Codec::Store* dst1, size_t m) {
@@ -280,12 +283,17 @@ template <class Codec, bool kDst1, class F>
 void binaryStep(const typename Codec::Store* a, const typename Codec::Store* b,
                 typename Codec::Store* dst0, typename Codec::Store* dst1, size_t n, F f) {
   using C = typename Codec::Compute;
-  if constexpr (Codec::kDirect) {
-    for (size_t i = 0; i < n; ++i) {
-      C r = f(a[i], b[i]);
-      dst0[i] = r;
-      if constexpr (kDst1) dst1[i] = r;
+  if constexpr (Codec::kDirect && kDst1) {
+    // Two stores per element keep the compiler from vectorising (it cannot rule out partial
+    // overlap of the outputs): compute a block into dst0 with the one-output loop, then copy
+    // it to dst1 while it is still in the L1 cache.
+    for (size_t base = 0; base < n; base += kCopyBlock) {
+      size_t m = std::min(kCopyBlock, n - base);
+      binaryStep<Codec, false>(a + base, b + base, dst0 + base, nullptr, m, f);
+      if (dst1 != dst0) std::memcpy(dst1 + base, dst0 + base, m * sizeof(*dst0));
     }
+  } else if constexpr (Codec::kDirect) {
+    for (size_t i = 0; i < n; ++i) dst0[i] = f(a[i], b[i]);
   } else {
     for (size_t base = 0; base < n; base += kBlock) {
       size_t m = std::min(kBlock, n - base);
@@ -302,12 +310,14 @@ template <class Codec, bool kDst1, class F>
 void unaryStep(const typename Codec::Store* a, typename Codec::Store* dst0,
                typename Codec::Store* dst1, size_t n, F f) {
   using C = typename Codec::Compute;
-  if constexpr (Codec::kDirect) {
-    for (size_t i = 0; i < n; ++i) {
-      C r = f(a[i]);
-      dst0[i] = r;
-      if constexpr (kDst1) dst1[i] = r;
+  if constexpr (Codec::kDirect && kDst1) {
+    for (size_t base = 0; base < n; base += kCopyBlock) {
+      size_t m = std::min(kCopyBlock, n - base);
+      unaryStep<Codec, false>(a + base, dst0 + base, nullptr, m, f);
+      if (dst1 != dst0) std::memcpy(dst1 + base, dst0 + base, m * sizeof(*dst0));
     }
+  } else if constexpr (Codec::kDirect) {
+    for (size_t i = 0; i < n; ++i) dst0[i] = f(a[i]);
   } else {
     for (size_t base = 0; base < n; base += kBlock) {
       size_t m = std::min(kBlock, n - base);
