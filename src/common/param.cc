@@ -64,6 +64,10 @@ const std::vector<ParamDef> kParams = {
      "Polls a waiting thread spins before it yields its core and then sleeps (-1: 2000, or 20 "
      "when a host has more ranks than cores)",
      false},
+    {"STREAM_BYTES", ParamType::kInt, "16777216",
+     "Ring collectives whose output is at least this large write it with non-temporal stores "
+     "(0: never)",
+     false},
     {"SPIN_YIELD_US", ParamType::kInt, "1000",
      "After spinning, microseconds a waiting thread keeps polling while yielding its core "
      "(to a peer waiting for it) before it sleeps",

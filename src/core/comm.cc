@@ -222,6 +222,7 @@ Status Communicator::init(const UniqueIdInfo& id) {
   exec_.timeoutSeconds = timeoutSeconds_;
   exec_.spinCount = spinCount_;
   exec_.yieldMicros = paramInt("SPIN_YIELD_US");
+  exec_.streamBytes = paramInt("STREAM_BYTES");
   LOG_INFO(kSubsysInit, "rank %d of %d ready (%s memory, comm %s)", rank_, nranks_,
            options_.host ? "host" : "device", transportCtx_.commTag.c_str());
   return Status::ok();

@@ -8,6 +8,7 @@
 #include "algorithms/ring_reduce.h"
 #include "algorithms/ring_reduce_scatter.h"
 #include "algorithms/selector.h"
+#include "exec/stream_copy.h"
 
 namespace chorus {
 
@@ -18,8 +19,9 @@ namespace {
 class HostRingPrims {
  public:
   HostRingPrims(const ExecContext& ctx, HostChannel& ch, const char* input, char* output,
-                DataType type, const RedOp& op, const char* opName)
-      : ctx_(ctx),
+                DataType type, const RedOp& op, const char* opName, bool streamOutput)
+      : streamOutput_(streamOutput),
+        ctx_(ctx),
         ch_(ch),
         input_(input),
         output_(output),
@@ -70,7 +72,22 @@ class HostRingPrims {
       sendSlot = ch_.send.acquire(w, &failure);
       if (sendSlot == nullptr) return fail(failure, ch_.nextRank, ch_.sendTransport, "to");
     }
-    if (n > 0) {
+    if (n > 0 && writeOutput && streamOutput_ && !useLocal && !useSend) {
+      // A received final chunk: straight to the output, past the caches.
+      streamCopy(output_ + out * eltSize_, recvSlot, bytes);
+    } else if (n > 0 && writeOutput && streamOutput_ && useSend) {
+      // Reduce into the send slot (it stays cached for the peer), then stream it to the output.
+      ReduceCopyArgs a;
+      a.peer = recvSlot;
+      a.local = useLocal ? input_ + in * eltSize_ : nullptr;
+      a.dst0 = sendSlot;
+      a.count = n;
+      a.type = type_;
+      a.op = &op_;
+      a.finalize = (flags & kFinal) != 0;
+      reduceCopy(a);
+      streamCopy(output_ + out * eltSize_, sendSlot, bytes);
+    } else if (n > 0) {
       ReduceCopyArgs a;
       a.peer = recvSlot;
       a.local = useLocal ? input_ + in * eltSize_ : nullptr;
@@ -105,6 +122,7 @@ class HostRingPrims {
     return false;
   }
 
+  bool streamOutput_;  // write the output with non-temporal stores (large calls)
   const ExecContext& ctx_;
   HostChannel& ch_;
   const char* input_;
@@ -169,8 +187,15 @@ Status runRingChannel(const ExecContext& ctx, const CollArgs& args, int c, const
   if (args.nchannels > 1) channelSlice(args.count, elt, c, args.nchannels, &begin, &end);
   if (begin == end) return Status::ok();
   HostChannel& ch = (*ctx.channels)[c];
+  // Outputs much larger than the caches are not read back soon: stream them, unless the call
+  // is in place (the output lines are then the input's, already fetched, and streaming them
+  // measured slower).
+  const size_t outputBytes = args.count * elt * (blocked ? static_cast<size_t>(ctx.nranks) : 1);
+  const bool stream = ctx.streamBytes > 0 && args.sendbuff != args.recvbuff &&
+                      outputBytes >= static_cast<size_t>(ctx.streamBytes);
   HostRingPrims prims(ctx, ch, static_cast<const char*>(args.sendbuff) + begin * elt,
-                      static_cast<char*>(args.recvbuff) + begin * elt, args.type, args.op, opName);
+                      static_cast<char*>(args.recvbuff) + begin * elt, args.type, args.op, opName,
+                      stream);
   shape.count = end - begin;
   shape.chunkElems = ch.send.slotBytes() / elt;
   shape.nranks = ctx.nranks;

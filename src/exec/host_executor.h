@@ -35,6 +35,7 @@ struct ExecContext {
   double timeoutSeconds = 0;
   int64_t spinCount = 2000;
   int64_t yieldMicros = 0;  // CHORUS_SPIN_YIELD_US
+  int64_t streamBytes = 0;  // CHORUS_STREAM_BYTES: outputs this large bypass the caches
 
   // How every wait of a collective polls: spin, yield the core, then sleep; bounded by the
   // timeout and the abort flag.

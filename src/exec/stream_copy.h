@@ -1,0 +1,14 @@
+// A copy whose destination bypasses the caches (non-temporal stores): for large outputs that
+// will not be read again soon, it saves the read-for-ownership of every destination line and
+// leaves the caches to the data still in flight.
+#pragma once
+
+#include <cstddef>
+
+namespace chorus {
+
+// Copies bytes; the stores are ordered (sfence) before it returns. Falls back to memcpy where
+// the CPU has no streaming stores.
+void streamCopy(void* dst, const void* src, size_t bytes);
+
+}  // namespace chorus
