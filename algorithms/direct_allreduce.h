@@ -10,22 +10,25 @@
 //     order 0, 1, ..., n-1 into its output and finalises. Every rank computes every element
 //     from the same operands in the same order with the same kernel, so all ranks end with
 //     bitwise-identical results. Latency: one exchange; work: n reads per element per rank.
-//   two-shot: each rank stages its chunk; rank r reduces share r of the chunk (in rank order,
-//     finalised) into its result buffer and publishes it; then every rank copies all n shares
-//     into its output. Each final value is computed once and copied, so results are bitwise
-//     identical. Work: two reads per element per rank, for larger messages.
+//   two-shot: each rank stages its chunk but for its own share; rank r reduces share r of the
+//     chunk (in rank order, its own operand from its input; finalised) into its result buffer
+//     and its output, and publishes it; then every rank copies the peers' shares into its
+//     output. Each final value is computed once and copied, so results are bitwise identical.
+//     Work: about two reads per element per rank, for larger messages.
 //
 // Primitives. Offsets and sizes are in elements; `in` indexes the send buffer, `out` the
 // receive buffer, `from` a chunk-sized staging or result buffer:
-//   bool stage(size_t in, size_t n)
-//       starts the next sequence: input[in, in+n) -> this rank's staging buffer [0, n), then
-//       publishes it (waits first until the peers finished reading that buffer's last use)
+//   bool stage(size_t in, size_t n, size_t skip, size_t skipLen)
+//       starts the next sequence: input[in, in+n) -> this rank's staging buffer [0, n), except
+//       [skip, skip+skipLen), which nobody reads; then publishes it
 //   bool reduceToOutput(int peer, size_t from, size_t out, size_t n, bool first, bool last)
 //       waits for peer's staged chunk; output[out+k] = first ? op(staged[from+k])
 //       : output[out+k] (op) staged[from+k], finalised (Avg division) when last. Every staged
 //       operand is taken once as an input (PreMulSum scales it exactly once).
-//   bool reduceToResult(int peer, size_t from, size_t n, bool first, bool last)
-//       the same into this rank's result buffer at [from, from+n)
+//   bool reduceToResult(int peer, size_t from, size_t out, size_t n, bool first, bool last)
+//       the same into this rank's result buffer at [from, from+n), the operand of peer == this
+//       rank read from its input at [in+from, ...) of the staged chunk; when last the finished
+//       values also go to output[out, out+n)
 //   bool publishResult()
 //       the result buffer holds this rank's finished share of the current sequence
 //   bool copyResult(int peer, size_t from, size_t out, size_t n)
@@ -65,21 +68,26 @@ CHORUS_HOST_DEVICE bool directAllReduce(Prims& p, const DirectAllReduceShape& s)
   const int n = s.nranks;
   for (size_t base = 0; base < s.count; base += s.chunkElems) {
     const size_t len = s.count - base < s.chunkElems ? s.count - base : s.chunkElems;
-    if (!p.stage(base, len)) return false;
     if (!s.twoShot) {
+      if (!p.stage(base, len, 0, 0)) return false;
       for (int q = 0; q < n; ++q)
         if (!p.reduceToOutput(q, 0, base, len, q == 0, q == n - 1)) return false;
     } else {
       const size_t mine = directShareBegin(len, n, s.alignElems, s.rank);
       const size_t mineEnd = directShareBegin(len, n, s.alignElems, s.rank + 1);
+      // Only the peers read a rank's staged input, and only their shares: its own share stays
+      // in its input buffer, where it reduces it from.
+      if (!p.stage(base, len, mine, mineEnd - mine)) return false;
       // An empty share is neither computed nor published; every rank knows which are empty.
+      // The last operand writes the finished share to the result buffer and the output.
       if (mineEnd > mine) {
         for (int q = 0; q < n; ++q)
-          if (!p.reduceToResult(q, mine, mineEnd - mine, q == 0, q == n - 1)) return false;
+          if (!p.reduceToResult(q, mine, base + mine, mineEnd - mine, q == 0, q == n - 1))
+            return false;
         if (!p.publishResult()) return false;
       }
-      // Own share first: it is ready, and the peers' shares may still be in progress.
-      for (int j = 0; j < n; ++j) {
+      // The peers' shares, next rank first: the nearest is the most likely to be ready.
+      for (int j = 1; j < n; ++j) {
         const int q = (s.rank + j) % n;
         const size_t b = directShareBegin(len, n, s.alignElems, q);
         const size_t e = directShareBegin(len, n, s.alignElems, q + 1);

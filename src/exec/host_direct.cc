@@ -27,37 +27,34 @@ class HostDirectPrims {
     if (combineOp_.kind == RedKind::kPreMulSum) combineOp_.kind = RedKind::kSum;
   }
 
-  bool stage(size_t in, size_t n) {
+  bool stage(size_t in, size_t n, size_t skip, size_t skipLen) {
     sequence_ = region_.nextSequence();
     slot_ = static_cast<int>(sequence_ % 2);
     chunkBytes_ = n * eltSize_;  // the same on every rank: it picks inline or buffer staging
+    chunkIn_ = in;
     // The buffers of sequence - 2 are free: see direct_region.h.
-    if (n > 0 && op_.kind == RedKind::kPreMulSum) {
-      ReduceCopyArgs a;
-      a.local = input_ + in * eltSize_;
-      a.dst0 = region_.staged(ctx_.rank, slot_, chunkBytes_);
-      a.count = n;
-      a.type = type_;
-      a.op = &op_;
-      reduceCopy(a);
-    } else if (n > 0) {
-      memcpy(region_.staged(ctx_.rank, slot_, chunkBytes_), input_ + in * eltSize_, n * eltSize_);
-    }
+    char* staged = region_.staged(ctx_.rank, slot_, chunkBytes_);
+    stageRange(staged, in, 0, skip < n ? skip : n);
+    if (skip + skipLen < n) stageRange(staged, in, skip + skipLen, n - skip - skipLen);
     region_.counter(ctx_.rank, DirectCounterKind::kStaged).publish(sequence_);
     return true;
   }
 
   bool reduceToOutput(int peer, size_t from, size_t out, size_t n, bool first, bool last) {
     if (!wait(peer, DirectCounterKind::kStaged, sequence_, "stage its input")) return false;
-    reduceInto(output_ + out * eltSize_, region_.staged(peer, slot_, chunkBytes_) + from * eltSize_,
-               n, first, last);
+    reduceInto(output_ + out * eltSize_, nullptr,
+               region_.staged(peer, slot_, chunkBytes_) + from * eltSize_, n, first, last, false);
     return true;
   }
 
-  bool reduceToResult(int peer, size_t from, size_t n, bool first, bool last) {
-    if (!wait(peer, DirectCounterKind::kStaged, sequence_, "stage its input")) return false;
+  bool reduceToResult(int peer, size_t from, size_t out, size_t n, bool first, bool last) {
+    // This rank's own operand comes from its input (unscaled: the pass scales it).
+    const bool own = peer == ctx_.rank;
+    if (!own && !wait(peer, DirectCounterKind::kStaged, sequence_, "stage its input")) return false;
+    const char* src = own ? input_ + (chunkIn_ + from) * eltSize_
+                          : region_.staged(peer, slot_, chunkBytes_) + from * eltSize_;
     reduceInto(region_.result(ctx_.rank, slot_) + from * eltSize_,
-               region_.staged(peer, slot_, chunkBytes_) + from * eltSize_, n, first, last);
+               last ? output_ + out * eltSize_ : nullptr, src, n, first, last, own);
     return true;
   }
 
@@ -81,10 +78,30 @@ class HostDirectPrims {
   const Status& status() const { return status_; }
 
  private:
-  // dst = first ? op(src) : dst (op) src, finalised when last. A deferred first operand becomes
-  // the `peer` of the next pass: same operands, same order, same bits, one pass less.
-  void reduceInto(char* dst, const char* src, size_t n, bool first, bool last) {
-    if (first && !last) {
+  // input[in+from, +n) -> staged[from, +n), scaled by this rank's PreMulSum scalar.
+  void stageRange(char* staged, size_t in, size_t from, size_t n) {
+    if (n == 0) return;
+    if (op_.kind == RedKind::kPreMulSum) {
+      ReduceCopyArgs a;
+      a.local = input_ + (in + from) * eltSize_;
+      a.dst0 = staged + from * eltSize_;
+      a.count = n;
+      a.type = type_;
+      a.op = &op_;
+      reduceCopy(a);
+    } else {
+      memcpy(staged + from * eltSize_, input_ + (in + from) * eltSize_, n * eltSize_);
+    }
+  }
+
+  // dst = first ? op(src) : dst (op) src, finalised when last, also written to dst1 when given.
+  // A deferred first operand becomes the `peer` of the next pass: same operands, same order,
+  // same bits, one pass less. An unscaled operand (this rank's own input) takes the full op, so
+  // PreMulSum scales it; it is never deferred, since a deferred operand is not scaled.
+  void reduceInto(char* dst, char* dst1, const char* src, size_t n, bool first, bool last,
+                  bool unscaled) {
+    const bool scale = unscaled && op_.kind == RedKind::kPreMulSum;
+    if (first && !last && !scale) {
       pending_ = src;
       return;
     }
@@ -92,9 +109,10 @@ class HostDirectPrims {
     a.peer = first ? nullptr : (pending_ != nullptr ? pending_ : dst);
     a.local = src;
     a.dst0 = dst;
+    a.dst1 = dst1;
     a.count = n;
     a.type = type_;
-    a.op = &combineOp_;
+    a.op = scale ? &op_ : &combineOp_;
     a.finalize = last;
     reduceCopy(a);
     pending_ = nullptr;
@@ -131,6 +149,7 @@ class HostDirectPrims {
   uint64_t sequence_ = 0;
   int slot_ = 0;
   size_t chunkBytes_ = 0;
+  size_t chunkIn_ = 0;  // input offset of the current chunk
   Status status_;
 };
 

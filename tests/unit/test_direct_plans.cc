@@ -33,6 +33,7 @@ struct Step {
   int peer;
   size_t in, from, out, n;
   bool first, last;
+  size_t skip = 0, skipLen = 0;  // stage: the part of the chunk left unstaged
 };
 
 // Records the steps one rank's algorithm takes, without moving data.
@@ -43,12 +44,17 @@ struct RecordingPrims {
     steps.push_back(Step{k, call, peer, in, from, out, n, first, last});
     return true;
   }
-  bool stage(size_t in, size_t n) { return add(Kind::kStage, -1, in, 0, 0, n, false, false); }
+  bool stage(size_t in, size_t n, size_t skip, size_t skipLen) {
+    add(Kind::kStage, -1, in, 0, 0, n, false, false);
+    steps.back().skip = skip;
+    steps.back().skipLen = skipLen;
+    return true;
+  }
   bool reduceToOutput(int peer, size_t from, size_t out, size_t n, bool first, bool last) {
     return add(Kind::kReduceToOutput, peer, 0, from, out, n, first, last);
   }
-  bool reduceToResult(int peer, size_t from, size_t n, bool first, bool last) {
-    return add(Kind::kReduceToResult, peer, 0, from, 0, n, first, last);
+  bool reduceToResult(int peer, size_t from, size_t out, size_t n, bool first, bool last) {
+    return add(Kind::kReduceToResult, peer, 0, from, out, n, first, last);
   }
   bool publishResult() { return add(Kind::kPublish, -1, 0, 0, 0, 0, false, false); }
   bool copyResult(int peer, size_t from, size_t out, size_t n) {
@@ -142,6 +148,7 @@ class Simulator {
     uint64_t staged = 0, reduced = 0, done = 0;
     std::vector<Value> staging[2], result[2];
     size_t stagedLen = 0;  // elements staged for seq
+    size_t stagedIn = 0;   // input offset of the chunk of seq
   };
 
   RankState& rank(int r) { return ranks_[static_cast<size_t>(r)]; }
@@ -162,8 +169,9 @@ class Simulator {
         // reads of the buffer it overwrites (a read of an overwritten buffer fails the run).
         return true;
       case Kind::kReduceToOutput:
-      case Kind::kReduceToResult:
         return rank(s.peer).staged >= rank(r).seq;
+      case Kind::kReduceToResult:  // a rank's own operand comes from its input: no wait
+        return s.peer == r || rank(s.peer).staged >= rank(r).seq;
       case Kind::kCopy:
         return rank(s.peer).reduced >= rank(r).seq;
       default:
@@ -220,9 +228,12 @@ class Simulator {
         ++me.seq;
         if (s.n > call.chunkElems || s.in + s.n > call.count)
           return (void)fail(r, "stages a chunk outside its input or its buffer");
+        // The skipped part keeps whatever an earlier sequence left: reading it fails.
         for (size_t k = 0; k < s.n; ++k)
-          me.staging[slot][k] = Value{{Term{r, s.in + k, s.call}}, 0, me.seq};
+          if (k < s.skip || k >= s.skip + s.skipLen)
+            me.staging[slot][k] = Value{{Term{r, s.in + k, s.call}}, 0, me.seq};
         me.stagedLen = s.n;
+        me.stagedIn = s.in;
         me.staged = me.seq;
         break;
       }
@@ -241,12 +252,25 @@ class Simulator {
         break;
       }
       case Kind::kReduceToResult: {
+        std::vector<Value>& out = outputOf(r, s);
         for (size_t k = 0; k < s.n; ++k) {
-          const Value* v = read(r, rank(s.peer).staging[slot], s.from + k, "a staged input");
+          Value own{{Term{r, me.stagedIn + s.from + k, s.call}}, 0, me.seq};
+          const Value* v = s.peer == r
+                               ? &own
+                               : read(r, rank(s.peer).staging[slot], s.from + k, "a staged input");
           if (v == nullptr) return;
           if (s.from + k >= me.stagedLen)
             return (void)fail(r, "reduces past the chunk into its result buffer");
-          accumulate(r, me.result[slot][s.from + k], *v, s);
+          Value& res = me.result[slot][s.from + k];
+          accumulate(r, res, *v, s);
+          if (!sim_.error.empty()) return;
+          if (s.last) {
+            // The finished share also goes to this rank's output.
+            if (s.out + k >= out.size()) return (void)fail(r, "writes past its output");
+            if (!out[s.out + k].terms.empty())
+              return (void)fail(r, "writes output element " + std::to_string(s.out + k) + " twice");
+            out[s.out + k] = res;
+          }
         }
         break;
       }
