@@ -8,15 +8,7 @@
 
 namespace chorus {
 
-struct RingAllGatherShape {
-  size_t count;       // elements each rank contributes
-  size_t chunkElems;  // elements one FIFO slot holds
-  int nranks;
-  int ringIndex;         // this rank's position in the ring
-  const int* ringRanks;  // rank at each ring position (block c belongs to ringRanks[c])
-  size_t blockStride;    // elements from one rank's block to the next (count, unless this
-                         // channel moves only a slice of every block)
-};
+using RingAllGatherShape = RingBlockedShape;
 
 template <class Prims>
 CHORUS_HOST_DEVICE bool ringAllGather(Prims& p, const RingAllGatherShape& s) {

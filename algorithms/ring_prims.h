@@ -21,3 +21,21 @@
 #define CHORUS_HOST_DEVICE
 #endif
 #endif
+
+#include <cstddef>
+
+namespace chorus {
+
+// The shape of a ring collective over per-rank blocks (all-gather output, reduce-scatter
+// input): block c belongs to ringRanks[c] and starts blockStride elements after block c-1.
+struct RingBlockedShape {
+  size_t count;       // elements of each rank's block this channel moves
+  size_t chunkElems;  // elements one FIFO slot holds
+  int nranks;
+  int ringIndex;         // this rank's position in the ring
+  const int* ringRanks;  // rank at each ring position (block c belongs to ringRanks[c])
+  size_t blockStride;    // elements from one rank's block to the next (count, unless this
+                         // channel moves only a slice of every block)
+};
+
+}  // namespace chorus

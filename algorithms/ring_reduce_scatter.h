@@ -9,15 +9,7 @@
 
 namespace chorus {
 
-struct RingReduceScatterShape {
-  size_t count;       // elements of each rank's output block
-  size_t chunkElems;  // elements one FIFO slot holds
-  int nranks;
-  int ringIndex;         // this rank's position in the ring
-  const int* ringRanks;  // rank at each ring position (block c belongs to ringRanks[c])
-  size_t blockStride;    // elements from one rank's block to the next (count, unless this
-                         // channel moves only a slice of every block)
-};
+using RingReduceScatterShape = RingBlockedShape;
 
 template <class Prims>
 CHORUS_HOST_DEVICE bool ringReduceScatter(Prims& p, const RingReduceScatterShape& s) {

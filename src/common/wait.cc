@@ -28,17 +28,35 @@ void futexWakeAll(const std::atomic<uint64_t>& counter) {
   syscall(SYS_futex, lowWord(counter), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
 }
 
-Code Waiter::pause(const std::atomic<uint64_t>& counter, uint64_t seen,
-                   std::atomic<uint32_t>& sleepers) {
+// One poll's worth of the phases pause and pauseAny share: spin (looking at the deadline and
+// the abort flag every 256 polls), then yield the core for the yield window. kSleep: both
+// phases are over and the caller sleeps its own way.
+Waiter::Phase Waiter::nextPhase() {
   ++polls_;
   if (polls_ <= spinCount_) {
     cpuRelax();
-    if ((polls_ & 255) != 0) return Code::kInProgress;
-  } else if (yielding()) {
+    return (polls_ & 255) != 0 ? Phase::kSpin : Phase::kCheck;
+  }
+  if (yielding()) {
     // The peer may be waiting for this core (ranks outnumbering cores, or other load): hand it
     // over for a while, which costs microseconds, before sleeping, whose wake-up costs tens.
     sched_yield();
-  } else {
+    return Phase::kCheck;
+  }
+  return Phase::kSleep;
+}
+
+Code Waiter::verdict() const {
+  if (aborted()) return Code::kInvalidUsage;
+  if (deadline() != Clock::time_point::max() && Clock::now() > deadline_) return Code::kRemoteError;
+  return Code::kInProgress;
+}
+
+Code Waiter::pause(const std::atomic<uint64_t>& counter, uint64_t seen,
+                   std::atomic<uint32_t>& sleepers) {
+  const Phase phase = nextPhase();
+  if (phase == Phase::kSpin) return Code::kInProgress;
+  if (phase == Phase::kSleep) {
     // Nobody came within the yield window: sleep until the counter moves.
     sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (counter.load(std::memory_order_seq_cst) == seen && !aborted()) {
@@ -52,9 +70,7 @@ Code Waiter::pause(const std::atomic<uint64_t>& counter, uint64_t seen,
     }
     sleepers.fetch_sub(1, std::memory_order_relaxed);
   }
-  if (aborted()) return Code::kInvalidUsage;
-  if (deadline() != Clock::time_point::max() && Clock::now() > deadline_) return Code::kRemoteError;
-  return Code::kInProgress;
+  return verdict();
 }
 
 bool Waiter::yielding() {
@@ -65,19 +81,13 @@ bool Waiter::yielding() {
 }
 
 Code Waiter::pauseAny() {
-  ++polls_;
-  if (polls_ <= spinCount_) {
-    cpuRelax();
-    if ((polls_ & 255) != 0) return Code::kInProgress;
-  } else if (yielding()) {
-    sched_yield();
-  } else {
+  const Phase phase = nextPhase();
+  if (phase == Phase::kSpin) return Code::kInProgress;
+  if (phase == Phase::kSleep) {
     struct timespec ts = {0, 20 * 1000};
     nanosleep(&ts, nullptr);
   }
-  if (aborted()) return Code::kInvalidUsage;
-  if (deadline() != Clock::time_point::max() && Clock::now() > deadline_) return Code::kRemoteError;
-  return Code::kInProgress;
+  return verdict();
 }
 
 int Waiter::remainingMs(int capMs) const {

@@ -66,6 +66,9 @@ class Waiter {
   int64_t yieldNs_ = 0;
   Clock::time_point yieldStart_{};
   bool yielding();
+  enum class Phase { kSpin, kCheck, kSleep };
+  Phase nextPhase();
+  Code verdict() const;
   mutable bool deadlineSet_ = false;
   mutable Clock::time_point deadline_;
 };

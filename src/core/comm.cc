@@ -238,12 +238,13 @@ Transport* Communicator::transportFor(const PeerInfo& peer) {
 }
 
 Status Communicator::connectRing(int n) {
+  // Called on every collective: nothing to do unless more channels are wanted.
+  int first = static_cast<int>(channels_.size());
+  if (n <= first) return Status::ok();
   const int pos =
       static_cast<int>(std::find(ringRanks_.begin(), ringRanks_.end(), rank_) - ringRanks_.begin());
   const int next = ringRanks_[(pos + 1) % nranks_];
   const int prev = ringRanks_[(pos + nranks_ - 1) % nranks_];
-  int first = static_cast<int>(channels_.size());
-  if (n <= first) return Status::ok();
   channels_.resize(n);
   for (int c = first; c < n; ++c) {
     HostChannel& ch = channels_[c];

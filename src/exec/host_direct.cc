@@ -159,15 +159,7 @@ Status hostAllReduceDirect(const ExecContext& ctx, const CollArgs& args, DirectR
                            bool twoShot) {
   if (args.count == 0) return Status::ok();
   if (ctx.nranks == 1) {
-    // One rank: out = finalize(op(in)), which scales PreMulSum and divides Avg by one.
-    ReduceCopyArgs a;
-    a.local = args.sendbuff;
-    a.dst0 = args.recvbuff;
-    a.count = args.count;
-    a.type = args.type;
-    a.op = &args.op;
-    a.finalize = true;
-    reduceCopy(a);
+    hostLocal(Collective::kAllReduce, args);
     return Status::ok();
   }
   if (region.rank() != ctx.rank || region.nranks() != ctx.nranks)

@@ -72,32 +72,25 @@ class HostRingPrims {
       sendSlot = ch_.send.acquire(w, &failure);
       if (sendSlot == nullptr) return fail(failure, ch_.nextRank, ch_.sendTransport, "to");
     }
-    if (n > 0 && writeOutput && streamOutput_ && !useLocal && !useSend) {
+    char* output = writeOutput ? output_ + out * eltSize_ : nullptr;
+    if (n > 0 && output != nullptr && streamOutput_ && !useLocal && !useSend) {
       // A received final chunk: straight to the output, past the caches.
-      streamCopy(output_ + out * eltSize_, recvSlot, bytes);
-    } else if (n > 0 && writeOutput && streamOutput_ && useSend) {
-      // Reduce into the send slot (it stays cached for the peer), then stream it to the output.
-      ReduceCopyArgs a;
-      a.peer = recvSlot;
-      a.local = useLocal ? input_ + in * eltSize_ : nullptr;
-      a.dst0 = sendSlot;
-      a.count = n;
-      a.type = type_;
-      a.op = &op_;
-      a.finalize = (flags & kFinal) != 0;
-      reduceCopy(a);
-      streamCopy(output_ + out * eltSize_, sendSlot, bytes);
+      streamCopy(output, recvSlot, bytes);
     } else if (n > 0) {
+      // Streaming outputs are reduced into the send slot (it stays cached for the peer) and
+      // copied out from there.
+      const bool streamAfter = output != nullptr && streamOutput_ && useSend;
       ReduceCopyArgs a;
       a.peer = recvSlot;
       a.local = useLocal ? input_ + in * eltSize_ : nullptr;
-      a.dst0 = writeOutput ? static_cast<void*>(output_ + out * eltSize_) : sendSlot;
-      a.dst1 = writeOutput ? sendSlot : nullptr;
+      a.dst0 = output != nullptr && !streamAfter ? static_cast<void*>(output) : sendSlot;
+      a.dst1 = output != nullptr && !streamAfter ? sendSlot : nullptr;
       a.count = n;
       a.type = type_;
       a.op = &op_;
       a.finalize = (flags & kFinal) != 0;
       reduceCopy(a);
+      if (streamAfter) streamCopy(output, sendSlot, bytes);
     }
     if (useSend) ch_.send.post(bytes);
     if (useRecv) ch_.recv.release();
@@ -158,10 +151,7 @@ void localCopy(const CollArgs& args, bool reduce) {
 
 template <class Shape>
 void setBlockStride(Shape*, size_t) {}
-void setBlockStride(RingAllGatherShape* s, size_t stride) {
-  s->blockStride = stride;
-}
-void setBlockStride(RingReduceScatterShape* s, size_t stride) {
+void setBlockStride(RingBlockedShape* s, size_t stride) {
   s->blockStride = stride;
 }
 

@@ -101,7 +101,9 @@ void runCase(int n, size_t count, size_t chunk, int slots, const NodeOf& nodeOf)
           for (int c = 0; c < node.nchildren; ++c)
             to.push_back(LinkKey{s.tree, r, node.children[c], true});
         }
-        if (s.kind == Kind::kRoot) ASSERT_EQ(node.parent, -1) << "rank " << r << " is no root";
+        if (s.kind == Kind::kRoot) {
+          ASSERT_EQ(node.parent, -1) << "rank " << r << " is no root";
+        }
         bool can = true;
         for (const LinkKey& k : from) can = can && ready(k);
         for (const LinkKey& k : to) can = can && hasRoom(k);
