@@ -35,15 +35,28 @@ ncclResult_t report(ncclComm_t comm, const Status& s) {
   return static_cast<ncclResult_t>(s.code());
 }
 
-Result<CommRef> usableComm(ncclComm_t comm, const char* fn) {
+namespace {
+Status unusableComm(ncclComm_t comm, const char* fn) {
   if (comm == nullptr) return invalidArgument("%s: comm is NULL", fn);
-  uint64_t magic = comm->magic.load();
-  if (magic == kCommInitializing)
+  if (comm->magic.load() == kCommInitializing)
     return invalidUsage("%s: comm is still being initialized (inside ncclGroupStart/End?)", fn);
-  CommRef c = magic == kCommLive ? comm->get() : nullptr;
-  if (!c) return invalidUsage("%s: comm was destroyed, aborted or is not a communicator", fn);
+  return invalidUsage("%s: comm was destroyed, aborted or is not a communicator", fn);
+}
+}  // namespace
+
+Result<CommRef> usableComm(ncclComm_t comm, const char* fn) {
+  CommRef c = comm != nullptr && comm->magic.load() == kCommLive ? comm->get() : nullptr;
+  if (!c) return unusableComm(comm, fn);
   setLogRank(c->rank());
   return c;
+}
+
+Status pinComm(ncclComm_t comm, const char* fn, CommPin* pin) {
+  if (comm == nullptr || comm->magic.load(std::memory_order_relaxed) != kCommLive ||
+      !pin->pin(comm))
+    return unusableComm(comm, fn);
+  setLogRank((*pin)->rank());
+  return Status::ok();
 }
 
 Status checkType(ncclDataType_t type, const char* fn) {

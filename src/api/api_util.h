@@ -41,6 +41,8 @@ ncclResult_t guarded(ncclComm_t comm, const char* fn, Body&& body) noexcept {
 
 // The communicator behind a handle, or why it cannot be used; sets the log rank.
 Result<CommRef> usableComm(ncclComm_t comm, const char* fn);
+// The same for the length of one call, without a reference count (collectives).
+Status pinComm(ncclComm_t comm, const char* fn, CommPin* pin);
 Status checkType(ncclDataType_t type, const char* fn);
 // count elements (times multiplier) of type at ptr: non-NULL unless empty, no size overflow.
 Status checkBuffer(const void* ptr, size_t count, size_t multiplier, ncclDataType_t type,

@@ -58,25 +58,30 @@ NCCL_ALIAS(ncclRedOpDestroy)
 namespace {
 
 // What every collective checks first: the communicator, the datatype, the op and the root.
-// Fills args->type/op/root and returns the communicator.
-Result<CommRef> prepare(ncclComm_t comm, const char* fn, ncclDataType_t datatype, const int* op,
-                        const int* root, CollArgs* args) {
-  Result<CommRef> c = usableComm(comm, fn);
-  if (!c.isOk()) return c.status();
+// Fills args->type/op/root and pins the communicator.
+Status prepare(ncclComm_t comm, const char* fn, ncclDataType_t datatype, const int* op,
+               const int* root, CollArgs* args, CommPin* c) {
+  CHORUS_TRY(pinComm(comm, fn, c));
   CHORUS_TRY(checkType(datatype, fn));
   args->type = static_cast<DataType>(datatype);
   if (op != nullptr) {
-    Result<RedOp> redop = c.value()->resolveOp(*op, args->type);
-    if (!redop.isOk()) return redop.status().withContext(fn);
-    args->op = redop.value();
+    Status s = (*c)->resolveOp(*op, args->type, &args->op);
+    if (!s.isOk()) return s.withContext(fn);
   }
   if (root != nullptr) {
-    int n = c.value()->nranks();
+    int n = (*c)->nranks();
     if (*root < 0 || *root >= n)
       return invalidArgument("%s: root %d is outside [0, %d)", fn, *root, n);
     args->root = *root;
   }
-  return c;
+  return Status::ok();
+}
+
+// The owning reference for work queued in an open group: it outlives this call.
+Result<CommRef> queuedRef(ncclComm_t comm, const char* fn) {
+  CommRef ref = comm->get();
+  if (!ref) return invalidUsage("%s: comm was destroyed or aborted", fn);
+  return ref;
 }
 
 // Buffers may be identical (in place) or disjoint, never partially overlapping.
@@ -87,17 +92,20 @@ Status checkInPlaceOrDisjoint(const void* send, size_t sendBytes, const void* re
 }
 
 // Runs the collective now, or adds it to the open group's launch for this communicator.
-Status launch(ncclComm_t comm, const CommRef& impl, Collective collective, const CollArgs& args) {
+Status launch(ncclComm_t comm, Communicator& impl, Collective collective, const CollArgs& args) {
   HostWork work;
   work.coll = collective;
   work.args = args;
   if (groupActive()) {
-    groupEnqueueColl(comm, work, [impl](std::vector<HostWork>& works) { return impl->run(works); });
+    Result<CommRef> ref = queuedRef(comm, "group");
+    if (!ref.isOk()) return ref.status();
+    CommRef held = ref.take();
+    groupEnqueueColl(comm, work, [held](std::vector<HostWork>& works) { return held->run(works); });
     return Status::ok();
   }
   thread_local std::vector<HostWork> works;  // reused: no allocation per call
   works.assign(1, work);
-  return impl->run(works);
+  return impl.run(works);
 }
 
 }  // namespace
@@ -110,8 +118,8 @@ extern "C" ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, siz
     const char* fn = "ncclAllReduce";
     CollArgs a;
     int opValue = static_cast<int>(op);
-    Result<CommRef> c = prepare(comm, fn, datatype, &opValue, nullptr, &a);
-    if (!c.isOk()) return c.status();
+    CommPin c;
+    CHORUS_TRY(prepare(comm, fn, datatype, &opValue, nullptr, &a, &c));
     CHORUS_TRY(checkBuffer(sendbuff, count, 1, datatype, "sendbuff", fn));
     CHORUS_TRY(checkBuffer(recvbuff, count, 1, datatype, "recvbuff", fn));
     size_t bytes = count * dataTypeSize(a.type);
@@ -119,7 +127,7 @@ extern "C" ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, siz
     a.sendbuff = sendbuff;
     a.recvbuff = recvbuff;
     a.count = count;
-    return launch(comm, c.value(), Collective::kAllReduce, a);
+    return launch(comm, *c, Collective::kAllReduce, a);
   });
 }
 NCCL_ALIAS(ncclAllReduce)
@@ -131,19 +139,19 @@ extern "C" ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, siz
   return guarded(comm, "ncclAllGather", [&]() -> Status {
     const char* fn = "ncclAllGather";
     CollArgs a;
-    Result<CommRef> c = prepare(comm, fn, datatype, nullptr, nullptr, &a);
-    if (!c.isOk()) return c.status();
-    size_t n = static_cast<size_t>(c.value()->nranks());
+    CommPin c;
+    CHORUS_TRY(prepare(comm, fn, datatype, nullptr, nullptr, &a, &c));
+    size_t n = static_cast<size_t>(c->nranks());
     CHORUS_TRY(checkBuffer(sendbuff, sendcount, 1, datatype, "sendbuff", fn));
     CHORUS_TRY(checkBuffer(recvbuff, sendcount, n, datatype, "recvbuff", fn));
     size_t bytes = sendcount * dataTypeSize(a.type);
     // In place: sendbuff is this rank's block of recvbuff.
-    const char* mine = static_cast<const char*>(recvbuff) + bytes * c.value()->rank();
+    const char* mine = static_cast<const char*>(recvbuff) + bytes * c->rank();
     CHORUS_TRY(checkInPlaceOrDisjoint(sendbuff, bytes, recvbuff, bytes * n, mine, fn));
     a.sendbuff = sendbuff;
     a.recvbuff = recvbuff;
     a.count = sendcount;
-    return launch(comm, c.value(), Collective::kAllGather, a);
+    return launch(comm, *c, Collective::kAllGather, a);
   });
 }
 NCCL_ALIAS(ncclAllGather)
@@ -156,19 +164,19 @@ extern "C" ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff,
     const char* fn = "ncclReduceScatter";
     CollArgs a;
     int opValue = static_cast<int>(op);
-    Result<CommRef> c = prepare(comm, fn, datatype, &opValue, nullptr, &a);
-    if (!c.isOk()) return c.status();
-    size_t n = static_cast<size_t>(c.value()->nranks());
+    CommPin c;
+    CHORUS_TRY(prepare(comm, fn, datatype, &opValue, nullptr, &a, &c));
+    size_t n = static_cast<size_t>(c->nranks());
     CHORUS_TRY(checkBuffer(sendbuff, recvcount, n, datatype, "sendbuff", fn));
     CHORUS_TRY(checkBuffer(recvbuff, recvcount, 1, datatype, "recvbuff", fn));
     size_t bytes = recvcount * dataTypeSize(a.type);
     // In place: recvbuff is this rank's block of sendbuff.
-    const char* mine = static_cast<const char*>(sendbuff) + bytes * c.value()->rank();
+    const char* mine = static_cast<const char*>(sendbuff) + bytes * c->rank();
     if (recvbuff != mine) CHORUS_TRY(checkOverlap(sendbuff, bytes * n, recvbuff, bytes, fn));
     a.sendbuff = sendbuff;
     a.recvbuff = recvbuff;
     a.count = recvcount;
-    return launch(comm, c.value(), Collective::kReduceScatter, a);
+    return launch(comm, *c, Collective::kReduceScatter, a);
   });
 }
 NCCL_ALIAS(ncclReduceScatter)
@@ -180,9 +188,9 @@ extern "C" ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, siz
   return guarded(comm, "ncclBroadcast", [&]() -> Status {
     const char* fn = "ncclBroadcast";
     CollArgs a;
-    Result<CommRef> c = prepare(comm, fn, datatype, nullptr, &root, &a);
-    if (!c.isOk()) return c.status();
-    bool isRoot = c.value()->rank() == root;
+    CommPin c;
+    CHORUS_TRY(prepare(comm, fn, datatype, nullptr, &root, &a, &c));
+    bool isRoot = c->rank() == root;
     // Only the root reads sendbuff.
     if (isRoot) CHORUS_TRY(checkBuffer(sendbuff, count, 1, datatype, "sendbuff", fn));
     CHORUS_TRY(checkBuffer(recvbuff, count, 1, datatype, "recvbuff", fn));
@@ -191,7 +199,7 @@ extern "C" ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, siz
     a.sendbuff = sendbuff;
     a.recvbuff = recvbuff;
     a.count = count;
-    return launch(comm, c.value(), Collective::kBroadcast, a);
+    return launch(comm, *c, Collective::kBroadcast, a);
   });
 }
 NCCL_ALIAS(ncclBroadcast)
@@ -210,9 +218,9 @@ extern "C" ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t
     const char* fn = "ncclReduce";
     CollArgs a;
     int opValue = static_cast<int>(op);
-    Result<CommRef> c = prepare(comm, fn, datatype, &opValue, &root, &a);
-    if (!c.isOk()) return c.status();
-    bool isRoot = c.value()->rank() == root;
+    CommPin c;
+    CHORUS_TRY(prepare(comm, fn, datatype, &opValue, &root, &a, &c));
+    bool isRoot = c->rank() == root;
     CHORUS_TRY(checkBuffer(sendbuff, count, 1, datatype, "sendbuff", fn));
     // Only the root writes recvbuff; elsewhere it may be NULL.
     if (isRoot) CHORUS_TRY(checkBuffer(recvbuff, count, 1, datatype, "recvbuff", fn));
@@ -221,7 +229,7 @@ extern "C" ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t
     a.sendbuff = sendbuff;
     a.recvbuff = isRoot ? recvbuff : nullptr;
     a.count = count;
-    return launch(comm, c.value(), Collective::kReduce, a);
+    return launch(comm, *c, Collective::kReduce, a);
   });
 }
 NCCL_ALIAS(ncclReduce)
@@ -229,13 +237,16 @@ NCCL_ALIAS(ncclReduce)
 namespace {
 
 // Queues point-to-point ops in the open group, or runs them as a group of their own.
-Status runP2p(ncclComm_t comm, const CommRef& impl, const std::vector<P2pOp>& ops) {
+Status runP2p(ncclComm_t comm, Communicator& impl, const std::vector<P2pOp>& ops) {
   if (groupActive()) {
-    P2pRunner runner = [impl](const std::vector<P2pOp>& all) { return impl->p2p(all); };
+    Result<CommRef> ref = queuedRef(comm, "group");
+    if (!ref.isOk()) return ref.status();
+    CommRef held = ref.take();
+    P2pRunner runner = [held](const std::vector<P2pOp>& all) { return held->p2p(all); };
     for (const P2pOp& op : ops) groupEnqueueP2p(comm, op, runner);
     return Status::ok();
   }
-  return impl->p2p(ops);
+  return impl.p2p(ops);
 }
 
 Status checkPeer(int peer, int nranks, const char* fn) {
@@ -269,11 +280,11 @@ extern "C" ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataTy
   return guarded(comm, "ncclSend", [&]() -> Status {
     const char* fn = "ncclSend";
     CollArgs a;
-    Result<CommRef> c = prepare(comm, fn, datatype, nullptr, nullptr, &a);
-    if (!c.isOk()) return c.status();
-    CHORUS_TRY(checkPeer(peer, c.value()->nranks(), fn));
+    CommPin c;
+    CHORUS_TRY(prepare(comm, fn, datatype, nullptr, nullptr, &a, &c));
+    CHORUS_TRY(checkPeer(peer, c->nranks(), fn));
     CHORUS_TRY(checkBuffer(sendbuff, count, 1, datatype, "sendbuff", fn));
-    return runP2p(comm, c.value(), {sendOp(peer, sendbuff, count * dataTypeSize(a.type))});
+    return runP2p(comm, *c, {sendOp(peer, sendbuff, count * dataTypeSize(a.type))});
   });
 }
 NCCL_ALIAS(ncclSend)
@@ -284,11 +295,11 @@ extern "C" ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t d
   return guarded(comm, "ncclRecv", [&]() -> Status {
     const char* fn = "ncclRecv";
     CollArgs a;
-    Result<CommRef> c = prepare(comm, fn, datatype, nullptr, nullptr, &a);
-    if (!c.isOk()) return c.status();
-    CHORUS_TRY(checkPeer(peer, c.value()->nranks(), fn));
+    CommPin c;
+    CHORUS_TRY(prepare(comm, fn, datatype, nullptr, nullptr, &a, &c));
+    CHORUS_TRY(checkPeer(peer, c->nranks(), fn));
     CHORUS_TRY(checkBuffer(recvbuff, count, 1, datatype, "recvbuff", fn));
-    return runP2p(comm, c.value(), {recvOp(peer, recvbuff, count * dataTypeSize(a.type))});
+    return runP2p(comm, *c, {recvOp(peer, recvbuff, count * dataTypeSize(a.type))});
   });
 }
 NCCL_ALIAS(ncclRecv)
@@ -300,9 +311,9 @@ extern "C" ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size
   return guarded(comm, "ncclAlltoAll", [&]() -> Status {
     const char* fn = "ncclAlltoAll";
     CollArgs a;
-    Result<CommRef> c = prepare(comm, fn, datatype, nullptr, nullptr, &a);
-    if (!c.isOk()) return c.status();
-    int n = c.value()->nranks();
+    CommPin c;
+    CHORUS_TRY(prepare(comm, fn, datatype, nullptr, nullptr, &a, &c));
+    int n = c->nranks();
     CHORUS_TRY(checkBuffer(sendbuff, count, n, datatype, "sendbuff", fn));
     CHORUS_TRY(checkBuffer(recvbuff, count, n, datatype, "recvbuff", fn));
     size_t bytes = count * dataTypeSize(a.type);
@@ -313,7 +324,7 @@ extern "C" ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size
       ops.push_back(sendOp(p, static_cast<const char*>(sendbuff) + bytes * p, bytes));
       ops.push_back(recvOp(p, static_cast<char*>(recvbuff) + bytes * p, bytes));
     }
-    return runP2p(comm, c.value(), ops);
+    return runP2p(comm, *c, ops);
   });
 }
 NCCL_ALIAS(ncclAlltoAll)
@@ -325,10 +336,10 @@ extern "C" ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t
   return guarded(comm, "ncclGather", [&]() -> Status {
     const char* fn = "ncclGather";
     CollArgs a;
-    Result<CommRef> c = prepare(comm, fn, datatype, nullptr, &root, &a);
-    if (!c.isOk()) return c.status();
-    int n = c.value()->nranks();
-    bool isRoot = c.value()->rank() == root;
+    CommPin c;
+    CHORUS_TRY(prepare(comm, fn, datatype, nullptr, &root, &a, &c));
+    int n = c->nranks();
+    bool isRoot = c->rank() == root;
     CHORUS_TRY(checkBuffer(sendbuff, count, 1, datatype, "sendbuff", fn));
     size_t bytes = count * dataTypeSize(a.type);
     std::vector<P2pOp> ops;
@@ -341,7 +352,7 @@ extern "C" ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t
         ops.push_back(recvOp(p, static_cast<char*>(recvbuff) + bytes * p, bytes));
     }
     ops.push_back(sendOp(root, sendbuff, bytes));
-    return runP2p(comm, c.value(), ops);
+    return runP2p(comm, *c, ops);
   });
 }
 NCCL_ALIAS(ncclGather)
@@ -353,10 +364,10 @@ extern "C" ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_
   return guarded(comm, "ncclScatter", [&]() -> Status {
     const char* fn = "ncclScatter";
     CollArgs a;
-    Result<CommRef> c = prepare(comm, fn, datatype, nullptr, &root, &a);
-    if (!c.isOk()) return c.status();
-    int n = c.value()->nranks();
-    bool isRoot = c.value()->rank() == root;
+    CommPin c;
+    CHORUS_TRY(prepare(comm, fn, datatype, nullptr, &root, &a, &c));
+    int n = c->nranks();
+    bool isRoot = c->rank() == root;
     CHORUS_TRY(checkBuffer(recvbuff, count, 1, datatype, "recvbuff", fn));
     size_t bytes = count * dataTypeSize(a.type);
     std::vector<P2pOp> ops;
@@ -369,7 +380,7 @@ extern "C" ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_
         ops.push_back(sendOp(p, static_cast<const char*>(sendbuff) + bytes * p, bytes));
     }
     ops.push_back(recvOp(root, recvbuff, bytes));
-    return runP2p(comm, c.value(), ops);
+    return runP2p(comm, *c, ops);
   });
 }
 NCCL_ALIAS(ncclScatter)

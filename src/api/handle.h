@@ -1,11 +1,13 @@
-// The object behind an ncclComm_t. Calls hold a reference to the communicator while they run,
-// so ncclCommAbort from another thread cannot free it under them; destroyed communicators leave
+// The object behind an ncclComm_t. Calls pin the communicator while they run, so ncclCommAbort
+// from another thread cannot free it under them; destroyed communicators leave
 // the small handle behind with a dead marker, so a stale handle gets an error, not a crash.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <thread>
 
 #include "core/comm.h"
 
@@ -15,13 +17,81 @@ constexpr uint64_t kCommDead = 0x43484f5255534445ull;          // "CHORUSDE"
 
 struct ncclComm {
   std::atomic<uint64_t> magic{kCommDead};
-  std::shared_ptr<chorus::Communicator> impl;  // accessed with std::atomic_load/store
 
-  std::shared_ptr<chorus::Communicator> get() const { return std::atomic_load(&impl); }
-  void set(std::shared_ptr<chorus::Communicator> c) { std::atomic_store(&impl, std::move(c)); }
+  // The owning reference, for callers that keep the communicator beyond one call (queued group
+  // work, ncclGetLastError). Guarded by mutex.
+  std::shared_ptr<chorus::Communicator> get() const {
+    std::lock_guard<std::mutex> lock(mutex);
+    return impl;
+  }
+
+  // Installs a communicator, or (nullptr) detaches it: new pins fail from then on, and the call
+  // returns once every pin taken before has been dropped, so that no call still runs on it.
+  void set(std::shared_ptr<chorus::Communicator> c) {
+    std::shared_ptr<chorus::Communicator> old;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      old = std::move(impl);
+      impl = std::move(c);
+      fast.store(impl.get(), std::memory_order_seq_cst);
+    }
+    if (old && !impl) {
+      while (pins.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+    }
+  }
+
+  // What one API call takes instead of a reference count: pins counts the calls running on
+  // the communicator, so the hot path costs two uncontended atomic operations.
+  std::atomic<int64_t> pins{0};
+  std::atomic<chorus::Communicator*> fast{nullptr};
+
+ private:
+  mutable std::mutex mutex;
+  std::shared_ptr<chorus::Communicator> impl;
 };
 
 namespace chorus {
+
+// A communicator held for the length of one API call (see ncclComm::pins). Must not be kept
+// across a call that destroys the same communicator on this thread.
+class CommPin {
+ public:
+  CommPin() = default;
+  CommPin(const CommPin&) = delete;
+  CommPin& operator=(const CommPin&) = delete;
+  ~CommPin() { release(); }
+
+  // Pins comm's communicator; false when it has none (destroyed, aborted, not initialised).
+  bool pin(ncclComm* comm) {
+    release();
+    // Dekker with ncclComm::set: the pin is counted before the pointer is read, the pointer is
+    // cleared before the count is read, both sequentially consistent.
+    comm->pins.fetch_add(1, std::memory_order_seq_cst);
+    Communicator* c = comm->fast.load(std::memory_order_seq_cst);
+    if (c == nullptr) {
+      comm->pins.fetch_sub(1, std::memory_order_release);
+      return false;
+    }
+    handle_ = comm;
+    comm_ = c;
+    return true;
+  }
+
+  Communicator* operator->() const { return comm_; }
+  Communicator& operator*() const { return *comm_; }
+  explicit operator bool() const { return comm_ != nullptr; }
+
+ private:
+  void release() {
+    if (handle_ != nullptr) handle_->pins.fetch_sub(1, std::memory_order_release);
+    handle_ = nullptr;
+    comm_ = nullptr;
+  }
+
+  ncclComm* handle_ = nullptr;
+  Communicator* comm_ = nullptr;
+};
+
 inline std::shared_ptr<Communicator> liveComm(const ncclComm* comm) {
   if (comm == nullptr || comm->magic.load() != kCommLive) return nullptr;
   return comm->get();

@@ -2,6 +2,7 @@
 // API layer converts without a table; no exception ever crosses a layer boundary.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -18,26 +19,34 @@ enum class Code : int {
   kInProgress = 7,
 };
 
+// A success is one word with no message: every call returns several, so they must cost
+// nothing to make, copy and drop. A failure keeps its message out of line.
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+  Status(Code code, std::string message)
+      : code_(code), message_(std::make_shared<const std::string>(std::move(message))) {}
 
   static Status ok() { return Status(); }
   bool isOk() const { return code_ == Code::kSuccess; }
   explicit operator bool() const { return isOk(); }
   Code code() const { return code_; }
-  const std::string& message() const { return message_; }
+  const std::string& message() const { return message_ ? *message_ : emptyMessage(); }
 
   // Adds context in front of the message, keeping the code ("bootstrap: <message>").
   Status withContext(const std::string& context) const {
     if (isOk()) return *this;
-    return Status(code_, context + ": " + message_);
+    return Status(code_, context + ": " + message());
   }
 
  private:
+  static const std::string& emptyMessage() {
+    static const std::string empty;
+    return empty;
+  }
+
   Code code_ = Code::kSuccess;
-  std::string message_;
+  std::shared_ptr<const std::string> message_;  // null for a success
 };
 
 // printf-style message formatting shared by the error constructors and the logger.

@@ -328,12 +328,12 @@ Status Communicator::connectTrees() {
   return Status::ok();
 }
 
-Result<RedOp> Communicator::resolveOp(int op, DataType type) const {
-  RedOp r;
+Status Communicator::resolveOp(int op, DataType type, RedOp* out) const {
+  RedOp& r = *out;
   r.nranks = nranks_;
   if (op >= 0 && op <= static_cast<int>(RedKind::kAvg)) {
     r.kind = static_cast<RedKind>(op);
-    return r;
+    return Status::ok();
   }
   size_t index = static_cast<size_t>(op) - 5;
   if (op < 5 || index >= userOps_.size() || !userOps_[index].live)
@@ -347,7 +347,7 @@ Result<RedOp> Communicator::resolveOp(int op, DataType type) const {
                            dataTypeName(u.type), dataTypeName(type));
   r = u.op;
   if (u.scalarPtr != nullptr) memcpy(r.scalar, u.scalarPtr, dataTypeSize(type));
-  return r;
+  return Status::ok();
 }
 
 Result<int> Communicator::createPreMulSum(const void* scalar, DataType type,

@@ -54,7 +54,7 @@ class Communicator final : public ErrorSink {
   bool isHost() const { return options_.host; }
 
   // Resolves an ncclRedOp_t value for a given type (built-in or made by createPreMulSum).
-  Result<RedOp> resolveOp(int op, DataType type) const;
+  Status resolveOp(int op, DataType type, RedOp* out) const;
   Result<int> createPreMulSum(const void* scalar, DataType type, bool scalarIsImmediate);
   Status destroyOp(int op);
 

@@ -36,14 +36,19 @@ class HostDirectPrims {
     char* staged = region_.staged(ctx_.rank, slot_, chunkBytes_);
     stageRange(staged, in, 0, skip < n ? skip : n);
     if (skip + skipLen < n) stageRange(staged, in, skip + skipLen, n - skip - skipLen);
-    region_.counter(ctx_.rank, DirectCounterKind::kStaged).publish(sequence_);
+    storeCounter(DirectCounterKind::kStaged);
     return true;
   }
 
   bool reduceToOutput(int peer, size_t from, size_t out, size_t n, bool first, bool last) {
-    if (!wait(peer, DirectCounterKind::kStaged, sequence_, "stage its input")) return false;
-    reduceInto(output_ + out * eltSize_, nullptr,
-               region_.staged(peer, slot_, chunkBytes_) + from * eltSize_, n, first, last, false);
+    // This rank's own operand comes from its input rather than its staged copy, which the
+    // peers are reading at that moment (a second miss on a line in flight). Not in place
+    // unless it is the first operand: the earlier passes write the output, which is the input.
+    const bool own = peer == ctx_.rank && (first || input_ != output_);
+    if (!own && !wait(peer, DirectCounterKind::kStaged, sequence_, "stage its input")) return false;
+    const char* src = own ? input_ + (chunkIn_ + from) * eltSize_
+                          : region_.staged(peer, slot_, chunkBytes_) + from * eltSize_;
+    reduceInto(output_ + out * eltSize_, nullptr, src, n, first, last, own);
     return true;
   }
 
@@ -59,8 +64,19 @@ class HostDirectPrims {
   }
 
   bool publishResult() {
-    region_.counter(ctx_.rank, DirectCounterKind::kReduced).publish(sequence_);
+    storeCounter(DirectCounterKind::kReduced);
     return true;
+  }
+
+  // Wakes whoever sleeps on a counter this rank stored without waking. Runs before this rank
+  // waits for longer than a short spin and when the call ends, so a sleeping peer is woken
+  // within microseconds of the store, and never later than the end of the call.
+  void wakePending() {
+    for (int k = 0; k < 2; ++k) {
+      if (!unwoken_[k]) continue;
+      region_.counter(ctx_.rank, static_cast<DirectCounterKind>(k)).wake();
+      unwoken_[k] = false;
+    }
   }
 
   bool copyResult(int peer, size_t from, size_t out, size_t n) {
@@ -118,7 +134,19 @@ class HostDirectPrims {
     pending_ = nullptr;
   }
 
+  void storeCounter(DirectCounterKind kind) {
+    region_.counter(ctx_.rank, kind).store(sequence_);
+    unwoken_[static_cast<int>(kind)] = true;
+  }
+
   bool wait(int peer, DirectCounterKind kind, uint64_t target, const char* what) {
+    // A peer running in step stores within a few dozen polls: look first, without waking
+    // anyone and without the pause instruction (both delay the exchange; measured).
+    const std::atomic<uint64_t>& value = region_.counter(peer, kind).value;
+    for (int i = 0; i < kPollsBeforeWake; ++i) {
+      if (value.load(std::memory_order_acquire) >= target) return true;
+    }
+    wakePending();
     Waiter w = ctx_.waiter();
     Code c = region_.waitAtLeast(peer, kind, target, w);
     if (c == Code::kSuccess) return true;
@@ -145,7 +173,10 @@ class HostDirectPrims {
   DataType type_;
   const RedOp& op_;
   RedOp combineOp_;  // op_ with PreMulSum turned into Sum: staged inputs are already scaled
+  static constexpr int kPollsBeforeWake = 64;
+
   const char* pending_ = nullptr;
+  bool unwoken_[2] = {false, false};  // per DirectCounterKind: stored, sleepers not yet woken
   uint64_t sequence_ = 0;
   int slot_ = 0;
   size_t chunkBytes_ = 0;
@@ -185,7 +216,9 @@ Status hostAllReduceDirect(const ExecContext& ctx, const CollArgs& args, DirectR
   shape.nranks = ctx.nranks;
   shape.rank = ctx.rank;
   shape.twoShot = twoShot;
-  if (!directAllReduce(prims, shape)) {
+  const bool ok = directAllReduce(prims, shape);
+  prims.wakePending();
+  if (!ok) {
     region.markBroken();
     return prims.status();
   }

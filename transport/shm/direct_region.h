@@ -41,9 +41,14 @@ struct DirectCounter {
   // Stores a new value (release: everything written before is visible to whoever sees it) and
   // wakes sleepers.
   void publish(uint64_t v) {
-    value.store(v, std::memory_order_release);
-    wakeSleepers(value, sleepers);
+    store(v);
+    wake();
   }
+  // The two halves of publish. A writer may store now and wake later (see HostDirectPrims): the
+  // wake's fence waits for the store to reach the other cores, which a waiter on the critical
+  // path should not, and sleepers only exist after a long wait.
+  void store(uint64_t v) { value.store(v, std::memory_order_release); }
+  void wake() { wakeSleepers(value, sleepers); }
 };
 
 static_assert(sizeof(DirectCounter) == kCacheLine, "a counter and its inline data fill one line");
