@@ -33,6 +33,8 @@ const char* algorithmName(Algorithm a) {
       return "oneshot";
     case Algorithm::kTwoShot:
       return "twoshot";
+    case Algorithm::kRd:
+      return "rd";
     default:
       return "?";
   }
@@ -78,7 +80,7 @@ Result<AlgorithmMask> parseAlgorithmList(const std::string& value, const std::st
     if (bits == 0)
       return invalidArgument(
           "%s: \"%s\" names no algorithm Chorus implements (accepted: ring, tree, oneshot, "
-          "twoshot, direct; comma-separated, ^ in front to exclude)",
+          "twoshot, rd, direct; comma-separated, ^ in front to exclude)",
           mask.text.c_str(), name.c_str());
     named |= bits;
     pos = comma + 1;
@@ -86,8 +88,9 @@ Result<AlgorithmMask> parseAlgorithmList(const std::string& value, const std::st
   const uint32_t all = AlgorithmMask().bits;
   mask.bits = exclude ? all & ~named : named;
   if (mask.bits == 0)
-    return invalidArgument("%s excludes every algorithm (accepted: ring, tree, oneshot, twoshot)",
-                           mask.text.c_str());
+    return invalidArgument(
+        "%s excludes every algorithm (accepted: ring, tree, oneshot, twoshot, rd)",
+        mask.text.c_str());
   return mask;
 }
 

@@ -20,17 +20,18 @@ enum class Collective : int {
 // "AllReduce", "AllGather", ... as NCCL's logs spell them.
 const char* collectiveName(Collective c);
 
-// Every algorithm the selector can choose. Ring and tree run over FIFO connectors (shared
-// memory or the network); one-shot and two-shot read peers' staged inputs directly from a
-// shared-memory region, so they need every rank on one host.
+// Every algorithm the selector can choose. Ring, tree and recursive doubling run over FIFO
+// connectors (shared memory or the network); one-shot and two-shot read peers' staged inputs
+// directly from a shared-memory region, so they need every rank on one host.
 enum class Algorithm : int {
   kRing = 0,
   kTree,
   kOneShot,
   kTwoShot,
+  kRd,  // recursive doubling (all-reduce)
   kCount,
 };
-// "ring", "tree", "oneshot", "twoshot": the names CHORUS_ALGO accepts.
+// "ring", "tree", "oneshot", "twoshot", "rd": the names CHORUS_ALGO accepts.
 const char* algorithmName(Algorithm a);
 
 // The algorithms the user allows: one bit per Algorithm.
@@ -43,7 +44,7 @@ struct AlgorithmMask {
 };
 
 // Parses an algorithm list: names separated by commas, any case ("ring", "tree", "oneshot",
-// "twoshot", and "direct" for both direct algorithms); a leading ^ excludes the listed names
+// "twoshot", "rd", and "direct" for both direct algorithms); a leading ^ excludes the listed names
 // instead. An unknown name or a list that excludes everything is an error naming the variable
 // and the accepted values (never silently ignored).
 Result<AlgorithmMask> parseAlgorithmList(const std::string& value, const std::string& source);

@@ -102,6 +102,20 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
       double bw = ringGBps(info, m, 1);
       return 4 * ceilLog2(n) * step + transferUs((n > 2 ? 2.0 : 1.0) * s, bw);
     }
+    case Algorithm::kRd: {
+      // For paths through the network. Within a host the direct algorithms serve small calls,
+      // and with more ranks than cores an exchange, which needs both partners running at once,
+      // measured slower than one-shot (4 ranks on 2 cores: 14-18 against 10 us at 8 B).
+      if (coll != Collective::kAllReduce || !usesNetwork(info)) return -1;
+      // log2(p) exchanges of the whole buffer (two more when n is not a power of two p), each
+      // rank reducing the whole buffer every time: fewer latencies than any other algorithm,
+      // more bytes than the ring once n > 2.
+      int pw = 1;
+      while (pw * 2 <= n) pw *= 2;
+      const int steps = ceilLog2(pw) + (n > pw ? 2 : 0);
+      const double mem = m.memGBps * cpuShare(info);
+      return steps * (step + transferUs(s, ringGBps(info, m, 1)) + transferUs(s, mem));
+    }
     case Algorithm::kOneShot:
     case Algorithm::kTwoShot: {
       if (coll != Collective::kAllReduce || !info.directPossible) return -1;

@@ -24,9 +24,12 @@ class ProxyLink {
   virtual ~ProxyLink() = default;
   // One non-blocking pass over the proxy's connections, if no other thread is in one.
   virtual void tryProgress() = 0;
+  // The same pass; false when it left nothing that a sleeping proxy does not already watch
+  // (no unsent data, no socket missing from its poll set), so that it need not be woken.
+  virtual bool progressNeedsProxy() = 0;
   // Called after a counter changed: lets the proxy act on it (now, or by waking it).
   void kick() {
-    tryProgress();
+    if (!progressNeedsProxy()) return;
     // Orders the counter store (and this pass) before the sleeping flag load, pairing with the
     // proxy's flag store before its last look at the FIFOs.
     std::atomic_thread_fence(std::memory_order_seq_cst);

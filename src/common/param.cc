@@ -41,6 +41,10 @@ const std::vector<ParamDef> kParams = {
      true},
     {"SOCKET_BUFFSIZE", ParamType::kInt, "4194304",
      "SO_SNDBUF/SO_RCVBUF of data sockets (0: OS default)", false},
+    {"SOCKET_NSTREAMS", ParamType::kInt, "1",
+     "TCP connections per socket connector (1..16): messages of 64 KiB and more are striped "
+     "over them; the receiving rank's value is used",
+     false},
     {"IB_HCA", ParamType::kString, "",
      "InfiniBand HCA ports to use: name or name:port prefixes, comma separated; = for exact "
      "names, ^ to exclude",
@@ -64,9 +68,9 @@ const std::vector<ParamDef> kParams = {
      "Polls a waiting thread spins before it yields its core and then sleeps (-1: 2000, or 20 "
      "when a host has more ranks than cores)",
      false},
-    {"STREAM_BYTES", ParamType::kInt, "16777216",
+    {"STREAM_BYTES", ParamType::kInt, "-1",
      "Ring collectives whose output is at least this large write it with non-temporal stores "
-     "(0: never)",
+     "(0: never; -1: 16 MiB on Intel CPUs, never on others, where it measured slower)",
      false},
     {"SPIN_YIELD_US", ParamType::kInt, "1000",
      "After spinning, microseconds a waiting thread keeps polling while yielding its core "

@@ -12,6 +12,8 @@
 #include "algorithms/topo_graph.h"
 #include "common/param.h"
 #include "core/topo_report.h"
+#include "exec/host_rd.h"
+#include "exec/stream_copy.h"
 #include "topo/hca_filter.h"
 #include "topo/host_id.h"
 #include "transport/shm/direct_region.h"
@@ -38,6 +40,9 @@ int treeDownChannel(int tree) {
 int treeSetupTag(int channel) {
   return kTagTreeSetup + channel - kTreeChannelBase;
 }
+// Recursive-doubling links: one connector each way between partners.
+constexpr int kRdChannel = 300;
+constexpr int kTagRdSetup = 1300;
 
 uint64_t randomNonce() {
   uint64_t v = 0;
@@ -223,6 +228,7 @@ Status Communicator::init(const UniqueIdInfo& id) {
   exec_.spinCount = spinCount_;
   exec_.yieldMicros = paramInt("SPIN_YIELD_US");
   exec_.streamBytes = paramInt("STREAM_BYTES");
+  if (exec_.streamBytes < 0) exec_.streamBytes = defaultStreamBytes();
   LOG_INFO(kSubsysInit, "rank %d of %d ready (%s memory, comm %s)", rank_, nranks_,
            options_.host ? "host" : "device", transportCtx_.commTag.c_str());
   return Status::ok();
@@ -420,6 +426,33 @@ void Communicator::logDecision(Collective coll, size_t bytes, const Decision& d)
       describeAlternatives(d).c_str());
 }
 
+// Every rank connects to all its partners in the same call (the selector decides alike on
+// every rank): receive sides first, their descriptions sent at once, so no order deadlocks.
+Status Communicator::connectRd() {
+  if (!rdConns_.empty()) return Status::ok();
+  std::vector<P2pConnection> conns(static_cast<size_t>(nranks_));
+  const std::vector<int> partners = rdPartners(nranks_, rank_);
+  for (int peer : partners) {
+    Transport* t = transportFor(peers_[peer]);
+    ConnectInfo info = {};
+    CHORUS_TRY(t->setupRecv(peer, kRdChannel, &info, &conns[peer].recv));
+    conns[peer].recvTransport = t->name();
+    CHORUS_TRY(bootstrap_->send(peer, kTagRdSetup, &info, sizeof(info)));
+  }
+  for (int peer : partners) {
+    Transport* t = transportFor(peers_[peer]);
+    ConnectInfo info = {};
+    CHORUS_TRY(bootstrap_->recv(peer, kTagRdSetup, &info, sizeof(info)));
+    CHORUS_TRY(t->connectSend(peer, kRdChannel, info, &conns[peer].send));
+    conns[peer].sendTransport = t->name();
+  }
+  for (int peer : partners) CHORUS_TRY(transportFor(peers_[peer])->finishRecv(peer, kRdChannel));
+  LOG_INFO(kSubsysInit, "rank %d: recursive-doubling links to %zu partner(s)", rank_,
+           partners.size());
+  rdConns_ = std::move(conns);
+  return Status::ok();
+}
+
 Status Communicator::ensureDirect() {
   if (direct_ && !direct_->broken()) return Status::ok();
   if (direct_)
@@ -434,7 +467,7 @@ Status Communicator::ensureDirect() {
 Status Communicator::run(std::vector<HostWork>& works) {
   CHORUS_TRY(checkUsable());
   int channels = 1;
-  bool tree = false, direct = false;
+  bool tree = false, direct = false, rd = false;
   for (HostWork& w : works) {
     const size_t elt = dataTypeSize(w.args.type);
     size_t bytes = w.args.count * elt;
@@ -453,6 +486,7 @@ Status Communicator::run(std::vector<HostWork>& works) {
     w.args.nchannels = d.algo == Algorithm::kRing ? d.nchannels : 1;
     channels = std::max(channels, w.args.nchannels);
     tree = tree || (d.algo == Algorithm::kTree && w.args.count > 0);
+    rd = rd || (d.algo == Algorithm::kRd && w.args.count > 0);
     direct = direct ||
              ((d.algo == Algorithm::kOneShot || d.algo == Algorithm::kTwoShot) && w.args.count > 0);
   }
@@ -461,12 +495,14 @@ Status Communicator::run(std::vector<HostWork>& works) {
     Status s = connectRing(channels);
     if (s.isOk() && tree) s = connectTrees();
     if (s.isOk() && direct) s = ensureDirect();
+    if (s.isOk() && rd) s = connectRd();
     if (!s.isOk())
       return explain(s.withContext(formatString("rank %d: connecting for a collective", rank_)));
   }
   LaunchResources resources;
   resources.trees = treesConnected_ ? &trees_ : nullptr;
   resources.direct = direct_.get();
+  resources.rd = rdConns_.empty() ? nullptr : &rdConns_;
   Status s = hostLaunch(exec_, works, resources);
   if (!s.isOk()) return explain(s);
   return s;

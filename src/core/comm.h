@@ -88,6 +88,7 @@ class Communicator final : public ErrorSink {
   Status ensureDirect();
   void logDecision(Collective coll, size_t bytes, const Decision& d);
   // Links to the parent and children of both trees, both directions (tree all-reduce).
+  Status connectRd();
   Status connectTrees();
   Status connectP2p(const std::vector<P2pOp>& ops);
   Transport* transportFor(const PeerInfo& peer);
@@ -123,6 +124,7 @@ class Communicator final : public ErrorSink {
   bool treesConnected_ = false;
   std::unique_ptr<DirectRegion> direct_;  // made when a direct algorithm is first picked
   std::vector<P2pConnection> p2pConns_;   // by peer; connectors built on first use
+  std::vector<P2pConnection> rdConns_;    // by peer: recursive-doubling partners, on first use
   ExecContext exec_;
 
   std::vector<UserRedOp> userOps_;

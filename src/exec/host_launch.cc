@@ -5,6 +5,7 @@
 
 #include "algorithms/selector.h"
 #include "exec/host_direct.h"
+#include "exec/host_rd.h"
 
 namespace chorus {
 
@@ -47,6 +48,11 @@ Status runWork(const ExecContext& ctx, const HostWork& w, int channel,
       if (resources.direct == nullptr)
         return internalError("direct all-reduce without a shared region");
       return hostAllReduceDirect(ctx, w.args, *resources.direct, w.algo == Algorithm::kTwoShot);
+    case Algorithm::kRd:
+      if (channel != 0) return Status::ok();
+      if (resources.rd == nullptr)
+        return internalError("recursive-doubling all-reduce without partner links");
+      return hostAllReduceRd(ctx, w.args, *resources.rd);
     default:
       return internalError("no executor for algorithm %d", static_cast<int>(w.algo));
   }

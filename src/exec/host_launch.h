@@ -26,6 +26,7 @@ struct HostWork {
 struct LaunchResources {
   TreeLinks* trees = nullptr;
   DirectRegion* direct = nullptr;
+  std::vector<P2pConnection>* rd = nullptr;  // by peer: the recursive-doubling partners
 };
 
 Status hostLaunch(const ExecContext& ctx, const std::vector<HostWork>& works,

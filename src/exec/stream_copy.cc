@@ -4,6 +4,7 @@
 #include <cstring>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <emmintrin.h>
 #endif
 
@@ -36,6 +37,21 @@ void streamCopy(void* dst, const void* src, size_t bytes) {
 #else
   memcpy(dst, src, bytes);
 #endif
+}
+
+long long defaultStreamBytes() {
+#if defined(__x86_64__)
+  unsigned eax, ebx, ecx, edx;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx)) {
+    char vendor[13];
+    memcpy(vendor, &ebx, 4);
+    memcpy(vendor + 4, &edx, 4);
+    memcpy(vendor + 8, &ecx, 4);
+    vendor[12] = '\0';
+    if (strcmp(vendor, "GenuineIntel") == 0) return 16ll << 20;
+  }
+#endif
+  return 0;
 }
 
 }  // namespace chorus

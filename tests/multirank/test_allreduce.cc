@@ -85,17 +85,22 @@ const ncclDataType_t kAllTypes[] = {ncclInt8,    ncclUint8,    ncclInt32,      n
                                     ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
                                     ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
 
-// The algorithm configuration: "" leaves the choice to the selector; "ring", "tree", "oneshot"
-// and "twoshot" force one algorithm (the direct ones with small staging buffers so that calls
+// The algorithm configuration: "" leaves the choice to the selector; "ring", "tree", "oneshot",
+// "twoshot" and "rd" force one algorithm (the direct ones with small staging buffers so that calls
 // span many chunks); "channels" forces rings split across three channels.
 using Config = std::tuple<RankMode, bool /*socket*/, int /*nranks*/, const char* /*algorithm*/>;
 
 class AllReduceMatrix : public ::testing::TestWithParam<Config> {};
 
 std::vector<std::string> configEnv(const Config& config) {
-  std::vector<std::string> env;
+  // Outputs of 4 MiB and more take the streaming-store path whatever the CPU's default.
+  std::vector<std::string> env = {"CHORUS_STREAM_BYTES=4194304"};
   std::string algo = std::get<3>(config);
-  if (std::get<1>(config)) env.push_back("CHORUS_SHM_DISABLE=1");
+  if (std::get<1>(config)) {
+    // Three streams per socket connector: large slots are striped over them.
+    env.push_back("CHORUS_SHM_DISABLE=1");
+    env.push_back("CHORUS_SOCKET_NSTREAMS=3");
+  }
   if (algo == "channels") {
     env.push_back("CHORUS_ALGO=ring");
     env.push_back("CHORUS_MIN_CHANNELS=3");
@@ -208,6 +213,19 @@ INSTANTIATE_TEST_SUITE_P(ProcessesDirect, AllReduceMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kProcesses),
                                             ::testing::Values(false), ::testing::Values(3),
                                             ::testing::Values("oneshot", "twoshot")),
+                         configName);
+// Recursive doubling: powers of two and folded ranks (3: one folded, 6: two). It serves paths
+// through the network, so on one host it runs over sockets (the multi-host suite mixes shared
+// memory and sockets).
+INSTANTIATE_TEST_SUITE_P(ThreadsRd, AllReduceMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kThreads),
+                                            ::testing::Values(true), ::testing::Values(2, 3, 6),
+                                            ::testing::Values("rd")),
+                         configName);
+INSTANTIATE_TEST_SUITE_P(ProcessesRd, AllReduceMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kProcesses),
+                                            ::testing::Values(true), ::testing::Values(5),
+                                            ::testing::Values("rd")),
                          configName);
 // Rings alone (the selector prefers direct for small calls on one host), and split in channels.
 INSTANTIATE_TEST_SUITE_P(ThreadsRing, AllReduceMatrix,

@@ -108,8 +108,13 @@ using Config = std::tuple<RankMode, bool, int, int>;
 class CollectiveMatrix : public ::testing::TestWithParam<Config> {
  protected:
   void run(const std::function<void(int, int, ncclComm_t&)>& body) {
-    std::vector<std::string> env = {"CHORUS_BUFFSIZE=65536"};
-    if (std::get<1>(GetParam())) env.push_back("CHORUS_SHM_DISABLE=1");
+    // Outputs of 4 MiB and more take the streaming-store path whatever the CPU's default.
+    std::vector<std::string> env = {"CHORUS_BUFFSIZE=65536", "CHORUS_STREAM_BYTES=4194304"};
+    if (std::get<1>(GetParam())) {
+      // Three streams per socket connector: large slots are striped over them.
+      env.push_back("CHORUS_SHM_DISABLE=1");
+      env.push_back("CHORUS_SOCKET_NSTREAMS=3");
+    }
     if (std::get<3>(GetParam()) > 1) {
       env.push_back("CHORUS_MIN_CHANNELS=" + std::to_string(std::get<3>(GetParam())));
       env.push_back("CHORUS_MAX_CHANNELS=" + std::to_string(std::get<3>(GetParam())));

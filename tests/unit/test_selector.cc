@@ -20,7 +20,7 @@ TEST(AlgorithmList, NamesListsAndExclusions) {
   EXPECT_EQ(m.value().bits, bit(Algorithm::kRing) | bit(Algorithm::kTree));
   m = parseAlgorithmList("^direct", "NCCL_ALGO");
   ASSERT_TRUE(m.isOk());
-  EXPECT_EQ(m.value().bits, bit(Algorithm::kRing) | bit(Algorithm::kTree));
+  EXPECT_EQ(m.value().bits, bit(Algorithm::kRing) | bit(Algorithm::kTree) | bit(Algorithm::kRd));
   EXPECT_EQ(m.value().text, "NCCL_ALGO=^direct");
   m = parseAlgorithmList("", "CHORUS_ALGO");
   ASSERT_TRUE(m.isOk());
@@ -36,7 +36,7 @@ TEST(AlgorithmList, UnknownNamesAndEmptySetsAreErrors) {
   EXPECT_NE(m.status().message().find("nvls"), std::string::npos);
   m = parseAlgorithmList("ring,", "CHORUS_ALGO");
   EXPECT_FALSE(m.isOk());
-  m = parseAlgorithmList("^ring,tree,direct", "CHORUS_ALGO");
+  m = parseAlgorithmList("^ring,tree,direct,rd", "CHORUS_ALGO");
   ASSERT_FALSE(m.isOk());
   EXPECT_NE(m.status().message().find("excludes every algorithm"), std::string::npos);
 }
@@ -137,12 +137,16 @@ TEST(Selector, ModelShape) {
   TuningInfo info = oneHost(2, 1.0);
   EXPECT_EQ(selectAlgorithm(info, Collective::kAllReduce, 8).algo, Algorithm::kOneShot);
   EXPECT_EQ(selectAlgorithm(info, Collective::kAllReduce, size_t(64) << 20).algo, Algorithm::kRing);
-  // Across hosts with many ranks, the tree's log-depth wins for small messages.
+  // Across hosts with many ranks, recursive doubling's log2(n) exchanges win for small
+  // messages, and the tree's log depth when it is excluded.
   TuningInfo net = oneHost(64, 1.0);
   net.nnodes = 32;
   net.localRanks = 2;
   net.directPossible = false;
-  EXPECT_EQ(selectAlgorithm(net, Collective::kAllReduce, 1024).algo, Algorithm::kTree);
+  EXPECT_EQ(selectAlgorithm(net, Collective::kAllReduce, 1024).algo, Algorithm::kRd);
+  TuningInfo noRd = net;
+  noRd.allowed.bits &= ~(1u << static_cast<int>(Algorithm::kRd));
+  EXPECT_EQ(selectAlgorithm(noRd, Collective::kAllReduce, 1024).algo, Algorithm::kTree);
   EXPECT_EQ(selectAlgorithm(net, Collective::kAllReduce, size_t(256) << 20).algo, Algorithm::kRing);
   for (int c = 0; c < static_cast<int>(Collective::kCount); ++c) {
     double last = 0;

@@ -1,7 +1,10 @@
 // Socket transport: TCP between ranks that share no memory. Each connector is a FIFO in local
 // memory whose far end is this communicator's proxy thread: it sends the slots the executor
-// posts, and fills receive slots from the socket. Messages are framed as an 8-byte length
-// followed by the payload.
+// posts, and fills receive slots from the sockets. A connector has one or more TCP connections
+// ("streams", CHORUS_SOCKET_NSTREAMS): one stream is often limited well below the link by its
+// congestion window, several share the link. A message (one slot) is cut into one stripe per
+// stream, each sent as an 8-byte message length followed by the stripe; messages under
+// kStripeMinBytes travel whole on stream 0, and stream 0 always carries at least the length.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -28,15 +31,21 @@ namespace {
 
 constexpr uint64_t kHelloMagic = 0x43484f5255534443ull;  // "CHORUSDC"
 
+constexpr int kMaxStreams = 16;
+constexpr uint64_t kStripeMinBytes = 64 * 1024;
+
 struct Hello {
   uint64_t magic;
   uint64_t secret;
   int32_t rank;
   int32_t channel;
+  int32_t stream;
+  int32_t nstreams;
 };
 
 struct SocketInfo {
   sockaddr_storage address;
+  int32_t nstreams;  // the receiver's choice; the sender follows it
 };
 static_assert(sizeof(SocketInfo) <= sizeof(ConnectInfo), "SocketInfo must fit a ConnectInfo");
 
@@ -44,20 +53,66 @@ struct AlignedFree {
   void operator()(void* p) const { free(p); }
 };
 
+// The bytes [*begin, *end) of a message of `bytes` bytes that stream i of n carries.
+void stripeOf(uint64_t bytes, int n, int i, uint64_t* begin, uint64_t* end) {
+  if (n == 1 || bytes < kStripeMinBytes) {
+    *begin = 0;
+    *end = i == 0 ? bytes : 0;
+    return;
+  }
+  uint64_t per = (bytes + static_cast<uint64_t>(n) - 1) / static_cast<uint64_t>(n);
+  per = (per + 4095) & ~uint64_t(4095);
+  uint64_t b = per * static_cast<uint64_t>(i), e = b + per;
+  *begin = b < bytes ? b : bytes;
+  *end = e < bytes ? e : bytes;
+}
+
+// One TCP connection of a connector and its part of the message in progress.
+struct SocketStream {
+  Socket socket;
+  uint64_t begin = 0;   // the stripe: message bytes [begin, begin + total - 8)
+  size_t total = 0;     // bytes to move for this message, length included (0: no part)
+  size_t offset = 0;    // bytes moved, length included
+  uint64_t length = 0;  // the length word sent or received on this stream
+  bool pending() const { return offset < total; }
+};
+
 // One direction of one (peer, channel) pair, driven by the proxy.
 struct SocketConn {
   bool isSend = false;
   int peer = -1;
   int channel = -1;
-  Socket socket;
+  std::vector<SocketStream> streams;
   std::unique_ptr<void, AlignedFree> memory;
   FifoHeader* fifo = nullptr;
   char* data = nullptr;
-  uint64_t done = 0;      // slots fully moved
-  uint64_t msgBytes = 0;  // size of the message in progress (receive side: from its header)
-  size_t offset = 0;      // bytes of the message in progress moved, header included
+  uint64_t done = 0;       // slots fully moved
+  bool inMessage = false;  // the stripes of slot `done` are set up (receive: length known)
+  uint64_t msgBytes = 0;   // size of the message in progress
   bool failed = false;
-  int listener = 0;  // receive side: the address index its peer connects to
+  uint32_t watched = 0;  // streams in the poll set the proxy sleeps on (bit i: stream i)
+  int listener = 0;      // receive side: the address index its peer connects to
+
+  bool connected() const {
+    for (const SocketStream& st : streams)
+      if (!st.socket.valid()) return false;
+    return true;
+  }
+  // Sets up every stream's part of a message of `bytes` bytes.
+  void startMessage(uint64_t bytes) {
+    const int n = static_cast<int>(streams.size());
+    for (int i = 0; i < n; ++i) {
+      SocketStream& st = streams[i];
+      uint64_t b, e;
+      stripeOf(bytes, n, i, &b, &e);
+      st.begin = b;
+      st.total = i == 0 || e > b ? sizeof(uint64_t) + (e - b) : 0;
+      st.offset = 0;
+      st.length = bytes;
+    }
+    msgBytes = bytes;
+    inMessage = true;
+  }
 };
 
 class SocketTransport final : public Transport, public ProxyLink {
@@ -65,6 +120,8 @@ class SocketTransport final : public Transport, public ProxyLink {
   explicit SocketTransport(const TransportContext& ctx) : ctx_(ctx) {
     options_.noDelay = true;
     options_.bufferBytes = static_cast<int>(paramInt("SOCKET_BUFFSIZE"));
+    int64_t n = paramInt("SOCKET_NSTREAMS");
+    nstreams_ = static_cast<int>(n < 1 ? 1 : n > kMaxStreams ? kMaxStreams : n);
     doorbellFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   }
 
@@ -91,10 +148,12 @@ class SocketTransport final : public Transport, public ProxyLink {
     }
     auto c = newConn(false, peer, channel);
     c->listener = index;
+    c->streams.resize(static_cast<size_t>(nstreams_));
     *conn = RecvConnector(c->memory.get());
     pending_.push_back(std::move(c));
     SocketInfo si{};
     si.address = listeners_[index].address().storage();
+    si.nstreams = nstreams_;
     memcpy(info->bytes, &si, sizeof(si));
     return Status::ok();
   }
@@ -103,16 +162,22 @@ class SocketTransport final : public Transport, public ProxyLink {
     SocketInfo si;
     memcpy(&si, info.bytes, sizeof(si));
     SocketAddress addr(si.address);
+    if (si.nstreams < 1 || si.nstreams > kMaxStreams)
+      return internalError("socket transport: rank %d asks for %d streams (1..%d)", peer,
+                           si.nstreams, kMaxStreams);
     Waiter w(ctx_.timeoutSeconds, ctx_.abort);
-    Result<Socket> s = connectSocket(addr, w, options_);
-    if (!s.isOk())
-      return s.status().withContext(
-          formatString("socket transport: rank %d connecting to rank %d (channel %d) at %s",
-                       ctx_.rank, peer, channel, addr.toString().c_str()));
-    Hello h{kHelloMagic, ctx_.secret, ctx_.rank, channel};
-    CHORUS_TRY(s.value().sendAll(&h, sizeof(h), w));
     auto c = newConn(true, peer, channel);
-    c->socket = s.take();
+    c->streams.resize(static_cast<size_t>(si.nstreams));
+    for (int i = 0; i < si.nstreams; ++i) {
+      Result<Socket> s = connectSocket(addr, w, options_);
+      if (!s.isOk())
+        return s.status().withContext(formatString(
+            "socket transport: rank %d connecting to rank %d (channel %d, stream %d) at %s",
+            ctx_.rank, peer, channel, i, addr.toString().c_str()));
+      Hello h{kHelloMagic, ctx_.secret, ctx_.rank, channel, i, si.nstreams};
+      CHORUS_TRY(s.value().sendAll(&h, sizeof(h), w));
+      c->streams[i].socket = s.take();
+    }
     *conn = SendConnector(c->memory.get());
     return addConn(std::move(c));
   }
@@ -126,7 +191,7 @@ class SocketTransport final : public Transport, public ProxyLink {
       if (p->peer == peer && p->channel == channel) index = p->listener;
     while (true) {
       for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-        if ((*it)->peer == peer && (*it)->channel == channel && (*it)->socket.valid()) {
+        if ((*it)->peer == peer && (*it)->channel == channel && (*it)->connected()) {
           std::unique_ptr<SocketConn> c = std::move(*it);
           pending_.erase(it);
           return addConn(std::move(c));
@@ -147,15 +212,18 @@ class SocketTransport final : public Transport, public ProxyLink {
       }
       bool matched = false;
       for (auto& p : pending_) {
-        if (p->peer == h.rank && p->channel == h.channel && !p->socket.valid()) {
-          p->socket = s.take();
+        const int n = static_cast<int>(p->streams.size());
+        if (p->peer == h.rank && p->channel == h.channel && h.nstreams == n && h.stream >= 0 &&
+            h.stream < n && !p->streams[h.stream].socket.valid()) {
+          p->streams[h.stream].socket = s.take();
           matched = true;
           break;
         }
       }
       if (!matched)
-        LOG_WARN(kSubsysNet, "rank %d: unexpected data connection from rank %d channel %d",
-                 ctx_.rank, h.rank, h.channel);
+        LOG_WARN(kSubsysNet,
+                 "rank %d: unexpected data connection from rank %d channel %d stream %d of %d",
+                 ctx_.rank, h.rank, h.channel, h.stream, h.nstreams);
     }
   }
 
@@ -215,9 +283,9 @@ class SocketTransport final : public Transport, public ProxyLink {
   // added at any time: point-to-point peers are connected when first used.
   Status addConn(std::unique_ptr<SocketConn> c) {
     if (doorbellFd < 0) return errnoError(EMFILE, "socket transport: eventfd for the proxy");
-    LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d over %s", ctx_.rank,
+    LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d over %s, %zu stream(s)", ctx_.rank,
              c->isSend ? "sending to" : "receiving from", c->peer, c->channel,
-             c->socket.peer().toString().c_str());
+             c->streams[0].socket.peer().toString().c_str(), c->streams.size());
     {
       std::lock_guard<std::mutex> lock(progressMutex_);
       conns_.push_back(std::move(c));
@@ -254,39 +322,47 @@ class SocketTransport final : public Transport, public ProxyLink {
     ctx_.errors->reportAsyncError(st);
   }
 
-  // Moves as much as the socket takes without blocking; true when something moved.
+  // Moves as much as the sockets take without blocking; true when something moved.
   bool progressSend(SocketConn& c) {
     bool moved = false;
     uint64_t tail = c.fifo->tail.load(std::memory_order_acquire);
     while (c.done < tail) {
-      uint32_t slot = static_cast<uint32_t>(c.done % ctx_.geometry.nslots);
-      uint64_t size = c.fifo->slotSize[slot];
-      struct iovec iov[2];
-      int n = 0;
-      if (c.offset < sizeof(uint64_t)) {
-        iov[n].iov_base = reinterpret_cast<char*>(&c.fifo->slotSize[slot]) + c.offset;
-        iov[n].iov_len = sizeof(uint64_t) - c.offset;
-        ++n;
+      const uint32_t slot = static_cast<uint32_t>(c.done % ctx_.geometry.nslots);
+      if (!c.inMessage) c.startMessage(c.fifo->slotSize[slot]);
+      const char* payload = c.data + size_t(slot) * ctx_.geometry.slotBytes;
+      bool complete = true;
+      for (SocketStream& st : c.streams) {
+        while (st.pending()) {
+          struct iovec iov[2];
+          int n = 0;
+          if (st.offset < sizeof(uint64_t)) {
+            iov[n].iov_base = reinterpret_cast<char*>(&st.length) + st.offset;
+            iov[n].iov_len = sizeof(uint64_t) - st.offset;
+            ++n;
+          }
+          const size_t done = st.offset > sizeof(uint64_t) ? st.offset - sizeof(uint64_t) : 0;
+          const size_t stripe = st.total - sizeof(uint64_t);
+          if (stripe > done) {
+            iov[n].iov_base = const_cast<char*>(payload + st.begin + done);
+            iov[n].iov_len = stripe - done;
+            ++n;
+          }
+          struct msghdr msg = {};
+          msg.msg_iov = iov;
+          msg.msg_iovlen = n;
+          ssize_t r = sendmsg(st.socket.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+          if (r < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
+            fail(c, errnoError(errno, "send"));
+            return moved;
+          }
+          moved = true;
+          st.offset += static_cast<size_t>(r);
+        }
+        complete = complete && !st.pending();
       }
-      size_t payloadDone = c.offset > sizeof(uint64_t) ? c.offset - sizeof(uint64_t) : 0;
-      if (size > payloadDone) {
-        iov[n].iov_base = c.data + size_t(slot) * ctx_.geometry.slotBytes + payloadDone;
-        iov[n].iov_len = size - payloadDone;
-        ++n;
-      }
-      struct msghdr msg = {};
-      msg.msg_iov = iov;
-      msg.msg_iovlen = n;
-      ssize_t r = sendmsg(c.socket.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (r < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return moved;
-        fail(c, errnoError(errno, "send"));
-        return moved;
-      }
-      moved = true;
-      c.offset += static_cast<size_t>(r);
-      if (c.offset < sizeof(uint64_t) + size) return moved;
-      c.offset = 0;
+      if (!complete) return moved;
+      c.inMessage = false;
       ++c.done;
       c.fifo->head.store(c.done, std::memory_order_release);
       wakeSleepers(c.fifo->head, c.fifo->headSleepers);
@@ -294,50 +370,87 @@ class SocketTransport final : public Transport, public ProxyLink {
     return moved;
   }
 
+  // Reads from one stream into its part of the message in progress. Returns the bytes read,
+  // 0 when the peer closed the stream, -1 when nothing is there (or on failure: see c.failed).
+  ssize_t readStream(SocketConn& c, SocketStream& st, char* payload) {
+    ssize_t r;
+    if (st.offset < sizeof(uint64_t)) {
+      r = recv(st.socket.fd(), reinterpret_cast<char*>(&st.length) + st.offset,
+               sizeof(uint64_t) - st.offset, MSG_DONTWAIT);
+    } else {
+      const size_t done = st.offset - sizeof(uint64_t);
+      r = recv(st.socket.fd(), payload + st.begin + done, st.total - st.offset, MSG_DONTWAIT);
+    }
+    if (r < 0) {
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+        fail(c, errnoError(errno, "recv"));
+      return -1;
+    }
+    st.offset += static_cast<size_t>(r);
+    return r;
+  }
+
   bool progressRecv(SocketConn& c) {
     bool moved = false;
     while (c.done - c.fifo->head.load(std::memory_order_acquire) < ctx_.geometry.nslots) {
-      uint32_t slot = static_cast<uint32_t>(c.done % ctx_.geometry.nslots);
-      ssize_t r;
-      if (c.offset < sizeof(uint64_t)) {
-        r = recv(c.socket.fd(), reinterpret_cast<char*>(&c.msgBytes) + c.offset,
-                 sizeof(uint64_t) - c.offset, MSG_DONTWAIT);
-      } else {
-        size_t got = c.offset - sizeof(uint64_t);
-        r = recv(c.socket.fd(), c.data + size_t(slot) * ctx_.geometry.slotBytes + got,
-                 c.msgBytes - got, MSG_DONTWAIT);
-      }
-      if (r == 0) {
-        if (c.offset == 0) {
-          // A peer that finished its last collective and left: not an error unless this rank
-          // still waits for data from it, which the executor reports when it does.
-          c.failed = true;
-          c.fifo->peerClosed.store(1, std::memory_order_release);
-          wakeSleepers(c.fifo->tail, c.fifo->tailSleepers);
-          LOG_INFO(kSubsysNet, "rank %d: rank %d closed its connection (channel %d)", ctx_.rank,
-                   c.peer, c.channel);
+      const uint32_t slot = static_cast<uint32_t>(c.done % ctx_.geometry.nslots);
+      char* payload = c.data + size_t(slot) * ctx_.geometry.slotBytes;
+      if (!c.inMessage) {
+        // The next message starts with its length on stream 0.
+        SocketStream& first = c.streams[0];
+        first.total = sizeof(uint64_t);
+        ssize_t r = readStream(c, first, payload);
+        if (r < 0) return moved;
+        if (r == 0) {
+          if (first.offset == 0) {
+            // A peer that finished its last collective and left: not an error unless this
+            // rank still waits for data from it, which the executor reports when it does.
+            c.failed = true;
+            c.fifo->peerClosed.store(1, std::memory_order_release);
+            wakeSleepers(c.fifo->tail, c.fifo->tailSleepers);
+            LOG_INFO(kSubsysNet, "rank %d: rank %d closed its connection (channel %d)", ctx_.rank,
+                     c.peer, c.channel);
+            return moved;
+          }
+          fail(c, remoteError("rank %d closed the connection in the middle of a message", c.peer));
           return moved;
         }
-        fail(c, remoteError("rank %d closed the connection in the middle of a message", c.peer));
-        return moved;
+        moved = true;
+        if (first.offset < sizeof(uint64_t)) continue;
+        const uint64_t bytes = first.length;
+        if (bytes > ctx_.geometry.slotBytes) {
+          fail(c, internalError("message of %llu bytes exceeds the %u-byte slot",
+                                static_cast<unsigned long long>(bytes), ctx_.geometry.slotBytes));
+          return moved;
+        }
+        c.startMessage(bytes);
+        first.offset = sizeof(uint64_t);
       }
-      if (r < 0) {
-        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return moved;
-        fail(c, errnoError(errno, "recv"));
-        return moved;
+      bool complete = true;
+      for (SocketStream& st : c.streams) {
+        while (st.pending()) {
+          const bool hadLength = st.offset >= sizeof(uint64_t);
+          ssize_t r = readStream(c, st, payload);
+          if (c.failed) return moved;
+          if (r < 0) break;
+          if (r == 0) {
+            fail(c, remoteError("rank %d closed a connection in the middle of a message", c.peer));
+            return moved;
+          }
+          moved = true;
+          if (!hadLength && st.offset >= sizeof(uint64_t) && st.length != c.msgBytes) {
+            fail(c, internalError("streams of one message disagree on its length (%llu, %llu)",
+                                  static_cast<unsigned long long>(st.length),
+                                  static_cast<unsigned long long>(c.msgBytes)));
+            return moved;
+          }
+        }
+        complete = complete && !st.pending();
       }
-      moved = true;
-      c.offset += static_cast<size_t>(r);
-      if (c.offset == sizeof(uint64_t) && c.msgBytes > ctx_.geometry.slotBytes) {
-        fail(c,
-             internalError("message of %llu bytes exceeds the %u-byte slot",
-                           static_cast<unsigned long long>(c.msgBytes), ctx_.geometry.slotBytes));
-        return moved;
-      }
-      if (c.offset < sizeof(uint64_t) + c.msgBytes) continue;
+      if (!complete) return moved;
       c.fifo->slotSize[slot] = c.msgBytes;
-      c.offset = 0;
-      c.msgBytes = 0;
+      c.inMessage = false;
+      for (SocketStream& st : c.streams) st.offset = st.total = 0;
       ++c.done;
       c.fifo->tail.store(c.done, std::memory_order_release);
       wakeSleepers(c.fifo->tail, c.fifo->tailSleepers);
@@ -353,24 +466,47 @@ class SocketTransport final : public Transport, public ProxyLink {
   }
 
   // Sockets the proxy must watch while it sleeps: receive sides with a free slot, send sides
-  // with posted data the socket did not take yet, and the doorbell for new work.
+  // with posted data the sockets did not take yet, and the doorbell for new work.
   void buildPollSet(std::vector<pollfd>* fds) {
     fds->clear();
     fds->push_back(pollfd{doorbellFd, POLLIN, 0});
     for (auto& c : conns_) {
-      if (c->failed) continue;
-      if (c->isSend) {
-        if (c->done < c->fifo->tail.load(std::memory_order_acquire))
-          fds->push_back(pollfd{c->socket.fd(), POLLOUT, 0});
-      } else if (c->done - c->fifo->head.load(std::memory_order_acquire) < ctx_.geometry.nslots) {
-        fds->push_back(pollfd{c->socket.fd(), POLLIN, 0});
-      }
+      c->watched = streamsToWatch(*c);
+      const short events = c->isSend ? POLLOUT : POLLIN;
+      for (size_t i = 0; i < c->streams.size(); ++i)
+        if (c->watched & (1u << i)) fds->push_back(pollfd{c->streams[i].socket.fd(), events, 0});
     }
+  }
+
+  // The streams of c whose readiness lets data move: none unless a send side has posted data
+  // the sockets did not take or a receive side has a free slot; then the streams whose part of
+  // the message in progress is unfinished, or between messages stream 0 (receive: the length
+  // comes first) or every stream (send).
+  uint32_t streamsToWatch(const SocketConn& c) const {
+    if (c.failed) return 0;
+    if (c.isSend ? c.done >= c.fifo->tail.load(std::memory_order_acquire)
+                 : c.done - c.fifo->head.load(std::memory_order_acquire) >= ctx_.geometry.nslots)
+      return 0;
+    uint32_t mask = 0;
+    for (size_t i = 0; i < c.streams.size(); ++i) {
+      const bool needed = c.inMessage ? c.streams[i].pending() : (c.isSend || i == 0);
+      if (needed) mask |= 1u << i;
+    }
+    return mask;
   }
 
   void tryProgress() override {
     std::unique_lock<std::mutex> lock(progressMutex_, std::try_to_lock);
     if (lock.owns_lock()) progressAll();
+  }
+
+  bool progressNeedsProxy() override {
+    std::unique_lock<std::mutex> lock(progressMutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return true;  // another thread's pass may have missed the change
+    progressAll();
+    for (const auto& c : conns_)
+      if ((streamsToWatch(*c) & ~c->watched) != 0) return true;
+    return false;
   }
 
   // Callers hold progressMutex_.
@@ -432,7 +568,8 @@ class SocketTransport final : public Transport, public ProxyLink {
 
   TransportContext ctx_;
   SocketOptions options_;
-  Listener listeners_[1 + kMaxExtraAddrs];            // by address index (see addressFor)
+  int nstreams_ = 1;                        // streams of the connectors this rank receives on
+  Listener listeners_[1 + kMaxExtraAddrs];  // by address index (see addressFor)
   std::vector<std::unique_ptr<SocketConn>> pending_;  // receive sides waiting for their sender
   std::vector<std::unique_ptr<SocketConn>> conns_;
   std::thread proxy_;

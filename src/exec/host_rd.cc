@@ -1,0 +1,163 @@
+#include "exec/host_rd.h"
+
+#include <cstring>
+
+#include "algorithms/rd_allreduce.h"
+
+namespace chorus {
+
+namespace {
+
+// Host primitives: whole messages through the partners' FIFOs, combined with one reduce-copy
+// pass into the output.
+class HostRdPrims {
+ public:
+  HostRdPrims(const ExecContext& ctx, const CollArgs& args, std::vector<P2pConnection>& conns)
+      : ctx_(ctx), args_(args), conns_(conns), elt_(dataTypeSize(args.type)), combine_(args.op) {
+    // The PreMulSum scalar applies to each rank's own input once, in init; partials only add.
+    if (combine_.kind == RedKind::kPreMulSum) combine_.kind = RedKind::kSum;
+  }
+
+  bool init() {
+    char* out = static_cast<char*>(args_.recvbuff);
+    const void* in = args_.sendbuff;
+    if (args_.op.kind == RedKind::kPreMulSum) {
+      ReduceCopyArgs a;
+      a.local = in;
+      a.dst0 = out;
+      a.count = args_.count;
+      a.type = args_.type;
+      a.op = &args_.op;
+      reduceCopy(a);
+    } else if (in != out) {
+      memcpy(out, in, args_.count * elt_);
+    }
+    return true;
+  }
+
+  bool send(int peer, size_t off, size_t n) {
+    Waiter w = ctx_.waiter();
+    Code failure = Code::kSuccess;
+    void* slot = conns_[peer].send.acquire(w, &failure);
+    if (slot == nullptr) return fail(failure, peer, "to");
+    memcpy(slot, output(off), n * elt_);
+    conns_[peer].send.post(n * elt_);
+    return true;
+  }
+
+  bool recvReduce(int peer, size_t off, size_t n, bool mineFirst, bool last) {
+    const void* slot = receive(peer, n);
+    if (slot == nullptr) return false;
+    ReduceCopyArgs a;
+    a.peer = mineFirst ? output(off) : slot;
+    a.local = mineFirst ? slot : output(off);
+    a.dst0 = output(off);
+    a.count = n;
+    a.type = args_.type;
+    a.op = &combine_;
+    a.finalize = last;
+    reduceCopy(a);
+    conns_[peer].recv.release();
+    return true;
+  }
+
+  bool recvCopy(int peer, size_t off, size_t n) {
+    const void* slot = receive(peer, n);
+    if (slot == nullptr) return false;
+    memcpy(output(off), slot, n * elt_);
+    conns_[peer].recv.release();
+    return true;
+  }
+
+  const Status& status() const { return status_; }
+
+ private:
+  char* output(size_t off) const { return static_cast<char*>(args_.recvbuff) + off * elt_; }
+
+  const void* receive(int peer, size_t n) {
+    Waiter w = ctx_.waiter();
+    Code failure = Code::kSuccess;
+    size_t got = 0;
+    const void* slot = conns_[peer].recv.wait(w, &got, &failure);
+    if (slot == nullptr) {
+      fail(failure, peer, "from");
+      return nullptr;
+    }
+    if (got != n * elt_) {
+      status_ = internalError(
+          "rank %d: ncclAllReduce (recursive doubling) expected %zu bytes from rank %d but got "
+          "%zu",
+          ctx_.rank, n * elt_, peer, got);
+      return nullptr;
+    }
+    return slot;
+  }
+
+  bool fail(Code code, int peer, const char* direction) {
+    if (code == Code::kRemoteError && direction[0] == 'f' && conns_[peer].recv.peerClosed()) {
+      status_ = remoteError(
+          "rank %d: ncclAllReduce (recursive doubling) needs data from rank %d, which closed its "
+          "connection: the peer exited or destroyed its communicator before finishing the same "
+          "collective",
+          ctx_.rank, peer);
+    } else if (code == Code::kRemoteError) {
+      status_ = remoteError(
+          "rank %d: ncclAllReduce (recursive doubling) timed out after %.0f s waiting for data "
+          "%s rank %d; the peer is stuck, dead or did not call the same collective (raise "
+          "CHORUS_TIMEOUT if it is slow)",
+          ctx_.rank, ctx_.timeoutSeconds, direction, peer);
+    } else {
+      status_ = invalidUsage(
+          "rank %d: ncclAllReduce (recursive doubling) interrupted: the communicator was aborted",
+          ctx_.rank);
+    }
+    return false;
+  }
+
+  const ExecContext& ctx_;
+  const CollArgs& args_;
+  std::vector<P2pConnection>& conns_;
+  size_t elt_;
+  RedOp combine_;  // args.op with PreMulSum turned into Sum (inputs are scaled once, in init)
+  Status status_;
+};
+
+}  // namespace
+
+std::vector<int> rdPartners(int nranks, int rank) {
+  std::vector<int> partners;
+  const int pw = rdPowerOfTwo(nranks);
+  if (rank >= pw) {
+    partners.push_back(rank - pw);
+    return partners;
+  }
+  if (rank + pw < nranks) partners.push_back(rank + pw);
+  for (int bit = 1; bit < pw; bit <<= 1) partners.push_back(rank ^ bit);
+  return partners;
+}
+
+Status hostAllReduceRd(const ExecContext& ctx, const CollArgs& args,
+                       std::vector<P2pConnection>& conns) {
+  if (args.count == 0) return Status::ok();
+  if (ctx.nranks == 1) {
+    hostLocal(Collective::kAllReduce, args);
+    return Status::ok();
+  }
+  for (int peer : rdPartners(ctx.nranks, ctx.rank))
+    if (static_cast<size_t>(peer) >= conns.size() || !conns[peer].send.valid() ||
+        !conns[peer].recv.valid())
+      return internalError("rank %d: recursive doubling without a connection to rank %d", ctx.rank,
+                           peer);
+  HostRdPrims prims(ctx, args, conns);
+  RdAllReduceShape shape{};
+  shape.count = args.count;
+  const size_t elt = dataTypeSize(args.type);
+  shape.chunkElems = conns[rdPartners(ctx.nranks, ctx.rank)[0]].send.slotBytes() / elt;
+  if (shape.chunkElems == 0) shape.chunkElems = 1;
+  shape.nranks = ctx.nranks;
+  shape.rank = ctx.rank;
+  if (!rdAllReduce(prims, shape)) return prims.status();
+  return Status::ok();
+}
+
+}  // namespace chorus
