@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "algorithms/cost_model.h"
+#include "algorithms/rd_allreduce.h"
 #include "common/param.h"
 
 namespace chorus {
@@ -110,8 +111,7 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
       // log2(p) exchanges of the whole buffer (two more when n is not a power of two p), each
       // rank reducing the whole buffer every time: fewer latencies than any other algorithm,
       // more bytes than the ring once n > 2.
-      int pw = 1;
-      while (pw * 2 <= n) pw *= 2;
+      const int pw = rdPowerOfTwo(n);
       const int steps = ceilLog2(pw) + (n > pw ? 2 : 0);
       const double mem = m.memGBps * cpuShare(info);
       return steps * (step + transferUs(s, ringGBps(info, m, 1)) + transferUs(s, mem));

@@ -426,27 +426,36 @@ void Communicator::logDecision(Collective coll, size_t bytes, const Decision& d)
       describeAlternatives(d).c_str());
 }
 
+// Receive connectors from recvFrom and send connectors to sendTo on one channel, into
+// (*conns)[peer]. Every receive side is set up and its description sent before this rank waits
+// for any peer's, so no order of peers deadlocks; the peers make the matching calls.
+Status Communicator::connectPairs(const std::vector<int>& recvFrom, const std::vector<int>& sendTo,
+                                  int channel, int tag, std::vector<P2pConnection>* conns) {
+  for (int peer : recvFrom) {
+    Transport* t = transportFor(peers_[peer]);
+    ConnectInfo info = {};
+    CHORUS_TRY(t->setupRecv(peer, channel, &info, &(*conns)[peer].recv));
+    (*conns)[peer].recvTransport = t->name();
+    CHORUS_TRY(bootstrap_->send(peer, tag, &info, sizeof(info)));
+  }
+  for (int peer : sendTo) {
+    Transport* t = transportFor(peers_[peer]);
+    ConnectInfo info = {};
+    CHORUS_TRY(bootstrap_->recv(peer, tag, &info, sizeof(info)));
+    CHORUS_TRY(t->connectSend(peer, channel, info, &(*conns)[peer].send));
+    (*conns)[peer].sendTransport = t->name();
+  }
+  for (int peer : recvFrom) CHORUS_TRY(transportFor(peers_[peer])->finishRecv(peer, channel));
+  return Status::ok();
+}
+
 // Every rank connects to all its partners in the same call (the selector decides alike on
-// every rank): receive sides first, their descriptions sent at once, so no order deadlocks.
+// every rank).
 Status Communicator::connectRd() {
   if (!rdConns_.empty()) return Status::ok();
   std::vector<P2pConnection> conns(static_cast<size_t>(nranks_));
   const std::vector<int> partners = rdPartners(nranks_, rank_);
-  for (int peer : partners) {
-    Transport* t = transportFor(peers_[peer]);
-    ConnectInfo info = {};
-    CHORUS_TRY(t->setupRecv(peer, kRdChannel, &info, &conns[peer].recv));
-    conns[peer].recvTransport = t->name();
-    CHORUS_TRY(bootstrap_->send(peer, kTagRdSetup, &info, sizeof(info)));
-  }
-  for (int peer : partners) {
-    Transport* t = transportFor(peers_[peer]);
-    ConnectInfo info = {};
-    CHORUS_TRY(bootstrap_->recv(peer, kTagRdSetup, &info, sizeof(info)));
-    CHORUS_TRY(t->connectSend(peer, kRdChannel, info, &conns[peer].send));
-    conns[peer].sendTransport = t->name();
-  }
-  for (int peer : partners) CHORUS_TRY(transportFor(peers_[peer])->finishRecv(peer, kRdChannel));
+  CHORUS_TRY(connectPairs(partners, partners, kRdChannel, kTagRdSetup, &conns));
   LOG_INFO(kSubsysInit, "rank %d: recursive-doubling links to %zu partner(s)", rank_,
            partners.size());
   rdConns_ = std::move(conns);
@@ -521,21 +530,7 @@ Status Communicator::connectP2p(const std::vector<P2pOp>& ops) {
     if (!ready && std::find(list.begin(), list.end(), op.peer) == list.end())
       list.push_back(op.peer);
   }
-  for (int peer : newRecv) {
-    Transport* t = transportFor(peers_[peer]);
-    ConnectInfo info = {};
-    CHORUS_TRY(t->setupRecv(peer, kP2pChannel, &info, &p2pConns_[peer].recv));
-    p2pConns_[peer].recvTransport = t->name();
-    CHORUS_TRY(bootstrap_->send(peer, kTagP2pSetup, &info, sizeof(info)));
-  }
-  for (int peer : newSend) {
-    Transport* t = transportFor(peers_[peer]);
-    ConnectInfo info = {};
-    CHORUS_TRY(bootstrap_->recv(peer, kTagP2pSetup, &info, sizeof(info)));
-    CHORUS_TRY(t->connectSend(peer, kP2pChannel, info, &p2pConns_[peer].send));
-    p2pConns_[peer].sendTransport = t->name();
-  }
-  for (int peer : newRecv) CHORUS_TRY(transportFor(peers_[peer])->finishRecv(peer, kP2pChannel));
+  CHORUS_TRY(connectPairs(newRecv, newSend, kP2pChannel, kTagP2pSetup, &p2pConns_));
   if (!newRecv.empty() || !newSend.empty())
     LOG_INFO(kSubsysP2p, "rank %d: connected %zu new receive and %zu new send peers", rank_,
              newRecv.size(), newSend.size());

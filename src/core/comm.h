@@ -88,6 +88,8 @@ class Communicator final : public ErrorSink {
   Status ensureDirect();
   void logDecision(Collective coll, size_t bytes, const Decision& d);
   // Links to the parent and children of both trees, both directions (tree all-reduce).
+  Status connectPairs(const std::vector<int>& recvFrom, const std::vector<int>& sendTo, int channel,
+                      int tag, std::vector<P2pConnection>* conns);
   Status connectRd();
   Status connectTrees();
   Status connectP2p(const std::vector<P2pOp>& ops);

@@ -60,7 +60,7 @@ class HostRingPrims {
       Waiter w = ctx_.waiter();
       size_t got = 0;
       recvSlot = ch_.recv.wait(w, &got, &failure);
-      if (recvSlot == nullptr) return fail(failure, ch_.prevRank, ch_.recvTransport, "from");
+      if (recvSlot == nullptr) return fail(failure, ch_.prevRank, ch_.recvTransport, true);
       if (got != bytes) {
         status_ = internalError("rank %d: %s expected %zu bytes from rank %d but got %zu",
                                 ctx_.rank, opName_, bytes, ch_.prevRank, got);
@@ -70,7 +70,7 @@ class HostRingPrims {
     if (useSend) {
       Waiter w = ctx_.waiter();
       sendSlot = ch_.send.acquire(w, &failure);
-      if (sendSlot == nullptr) return fail(failure, ch_.nextRank, ch_.sendTransport, "to");
+      if (sendSlot == nullptr) return fail(failure, ch_.nextRank, ch_.sendTransport, false);
     }
     char* output = writeOutput ? output_ + out * eltSize_ : nullptr;
     if (n > 0 && output != nullptr && streamOutput_ && !useLocal && !useSend) {
@@ -97,21 +97,9 @@ class HostRingPrims {
     return true;
   }
 
-  bool fail(Code code, int peer, const char* transport, const char* direction) {
-    if (code == Code::kRemoteError && direction[0] == 'f' && ch_.recv.peerClosed()) {
-      status_ = remoteError(
-          "rank %d: %s needs more data from rank %d, which closed its %s connection: the peer "
-          "exited or destroyed its communicator before finishing the same collective",
-          ctx_.rank, opName_, peer, transport);
-    } else if (code == Code::kRemoteError) {
-      status_ = remoteError(
-          "rank %d: %s timed out after %.0f s waiting for data %s rank %d over %s; the peer is "
-          "stuck, dead or did not call the same collective (raise CHORUS_TIMEOUT if it is slow)",
-          ctx_.rank, opName_, ctx_.timeoutSeconds, direction, peer, transport);
-    } else {
-      status_ =
-          invalidUsage("rank %d: %s interrupted: the communicator was aborted", ctx_.rank, opName_);
-    }
+  bool fail(Code code, int peer, const char* transport, bool receiving) {
+    status_ = connectorFailure(ctx_, opName_, code, peer, transport, receiving,
+                               receiving && ch_.recv.peerClosed());
     return false;
   }
 
@@ -128,6 +116,21 @@ class HostRingPrims {
 };
 
 }  // namespace
+
+Status connectorFailure(const ExecContext& ctx, const char* opName, Code code, int peer,
+                        const char* transport, bool receiving, bool peerClosed) {
+  if (code == Code::kRemoteError && receiving && peerClosed)
+    return remoteError(
+        "rank %d: %s needs more data from rank %d, which closed its %s connection: the peer "
+        "exited or destroyed its communicator before finishing the same collective",
+        ctx.rank, opName, peer, transport);
+  if (code == Code::kRemoteError)
+    return remoteError(
+        "rank %d: %s timed out after %.0f s waiting for data %s rank %d over %s; the peer is "
+        "stuck, dead or did not call the same collective (raise CHORUS_TIMEOUT if it is slow)",
+        ctx.rank, opName, ctx.timeoutSeconds, receiving ? "from" : "to", peer, transport);
+  return invalidUsage("rank %d: %s interrupted: the communicator was aborted", ctx.rank, opName);
+}
 
 namespace {
 

@@ -81,6 +81,12 @@ struct P2pConnection {
 Status hostP2p(const ExecContext& ctx, const std::vector<P2pOp>& ops,
                std::vector<P2pConnection>& conns);
 
+// Why a wait on a connector to or from peer ended without data (the Code a connector wait gave
+// up with): the sending peer closed its connection, the timeout passed, or the communicator was
+// aborted. opName names the collective in the message.
+Status connectorFailure(const ExecContext& ctx, const char* opName, Code code, int peer,
+                        const char* transport, bool receiving, bool peerClosed);
+
 // The one-rank case of every collective: out = finalize(op(in)), or a copy.
 void hostLocal(Collective coll, const CollArgs& args);
 

@@ -39,7 +39,7 @@ class HostRdPrims {
     Waiter w = ctx_.waiter();
     Code failure = Code::kSuccess;
     void* slot = conns_[peer].send.acquire(w, &failure);
-    if (slot == nullptr) return fail(failure, peer, "to");
+    if (slot == nullptr) return fail(failure, peer, false);
     memcpy(slot, output(off), n * elt_);
     conns_[peer].send.post(n * elt_);
     return true;
@@ -80,7 +80,7 @@ class HostRdPrims {
     size_t got = 0;
     const void* slot = conns_[peer].recv.wait(w, &got, &failure);
     if (slot == nullptr) {
-      fail(failure, peer, "from");
+      fail(failure, peer, true);
       return nullptr;
     }
     if (got != n * elt_) {
@@ -93,24 +93,11 @@ class HostRdPrims {
     return slot;
   }
 
-  bool fail(Code code, int peer, const char* direction) {
-    if (code == Code::kRemoteError && direction[0] == 'f' && conns_[peer].recv.peerClosed()) {
-      status_ = remoteError(
-          "rank %d: ncclAllReduce (recursive doubling) needs data from rank %d, which closed its "
-          "connection: the peer exited or destroyed its communicator before finishing the same "
-          "collective",
-          ctx_.rank, peer);
-    } else if (code == Code::kRemoteError) {
-      status_ = remoteError(
-          "rank %d: ncclAllReduce (recursive doubling) timed out after %.0f s waiting for data "
-          "%s rank %d; the peer is stuck, dead or did not call the same collective (raise "
-          "CHORUS_TIMEOUT if it is slow)",
-          ctx_.rank, ctx_.timeoutSeconds, direction, peer);
-    } else {
-      status_ = invalidUsage(
-          "rank %d: ncclAllReduce (recursive doubling) interrupted: the communicator was aborted",
-          ctx_.rank);
-    }
+  bool fail(Code code, int peer, bool receiving) {
+    const P2pConnection& c = conns_[peer];
+    status_ = connectorFailure(ctx_, "ncclAllReduce (recursive doubling)", code, peer,
+                               receiving ? c.recvTransport : c.sendTransport, receiving,
+                               receiving && c.recv.peerClosed());
     return false;
   }
 
@@ -143,7 +130,8 @@ Status hostAllReduceRd(const ExecContext& ctx, const CollArgs& args,
     hostLocal(Collective::kAllReduce, args);
     return Status::ok();
   }
-  for (int peer : rdPartners(ctx.nranks, ctx.rank))
+  const std::vector<int> partners = rdPartners(ctx.nranks, ctx.rank);
+  for (int peer : partners)
     if (static_cast<size_t>(peer) >= conns.size() || !conns[peer].send.valid() ||
         !conns[peer].recv.valid())
       return internalError("rank %d: recursive doubling without a connection to rank %d", ctx.rank,
@@ -151,8 +139,8 @@ Status hostAllReduceRd(const ExecContext& ctx, const CollArgs& args,
   HostRdPrims prims(ctx, args, conns);
   RdAllReduceShape shape{};
   shape.count = args.count;
-  const size_t elt = dataTypeSize(args.type);
-  shape.chunkElems = conns[rdPartners(ctx.nranks, ctx.rank)[0]].send.slotBytes() / elt;
+  // Every connector has the same slots; a message fills one.
+  shape.chunkElems = conns[partners[0]].send.slotBytes() / dataTypeSize(args.type);
   if (shape.chunkElems == 0) shape.chunkElems = 1;
   shape.nranks = ctx.nranks;
   shape.rank = ctx.rank;
