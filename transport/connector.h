@@ -22,23 +22,79 @@ constexpr int kMaxFifoSlots = 64;
 class ProxyLink {
  public:
   virtual ~ProxyLink() = default;
-  // One non-blocking pass over the proxy's connections, if no other thread is in one.
-  virtual void tryProgress() = 0;
+  // One non-blocking pass, if no other thread is in one, over the sending FIFOs with unsent
+  // data and the receiving FIFO recvFifo (the one the caller waits on; null: none). Other
+  // receiving FIFOs are filled by those who wait on them, or by the proxy.
+  virtual void tryProgress(const void* recvFifo) = 0;
   // The same pass; false when it left nothing that a sleeping proxy does not already watch
   // (no unsent data, no socket missing from its poll set), so that it need not be woken.
-  virtual bool progressNeedsProxy() = 0;
-  // Called after a counter changed: lets the proxy act on it (now, or by waking it).
+  virtual bool progressNeedsProxy(const void* recvFifo) = 0;
+  // Called after a FIFO counter changed: lets the proxy act on it (now, or by waking it).
   void kick() {
-    if (!progressNeedsProxy()) return;
+    if (!progressNeedsProxy(nullptr)) return;
     // Orders the counter store (and this pass) before the sleeping flag load, pairing with the
     // proxy's flag store before its last look at the FIFOs.
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (sleeping.load(std::memory_order_relaxed) != 0) ring();
+    if (sleeping.load(std::memory_order_relaxed) != kAwake) ring();
   }
   void ring();
 
-  std::atomic<uint32_t> sleeping{0};
-  int doorbellFd = -1;  // eventfd the sleeping proxy polls
+  // Drives. A thread that polls the proxy's FIFOs in a wait loop moves the data itself; while
+  // one does (or did since the proxy last slept), the proxy sleeps without watching the
+  // receiving sockets, so that an arriving message wakes nobody (a wake-up costs more than the
+  // message). It looks again within a short timeout, and a driver that is about to sleep in
+  // the kernel hands the sockets back to it at once (stopDriving(true)).
+  void startDriving() {
+    drivers.fetch_add(1, std::memory_order_seq_cst);
+    driveEpoch.fetch_add(1, std::memory_order_relaxed);
+  }
+  void stopDriving(bool willSleep) {
+    if (willSleep) watchRequests.fetch_add(1, std::memory_order_seq_cst);
+    drivers.fetch_sub(1, std::memory_order_seq_cst);
+    if (willSleep && sleeping.load(std::memory_order_seq_cst) == kAsleepDriven) ring();
+  }
+
+  static constexpr uint32_t kAwake = 0;
+  static constexpr uint32_t kAsleep = 1;        // watching every socket that can move data
+  static constexpr uint32_t kAsleepDriven = 2;  // receiving sockets left to the drivers
+  std::atomic<uint32_t> sleeping{kAwake};
+  std::atomic<uint32_t> drivers{0};
+  std::atomic<uint32_t> driveEpoch{0};     // drives started so far
+  std::atomic<uint32_t> watchRequests{0};  // drivers that went to sleep so far
+  int doorbellFd = -1;                     // eventfd the sleeping proxy polls
+};
+
+// A wait loop's drive of the proxy at the far end of the FIFOs it polls: taken by hold (at the
+// first poll that finds nothing; again is a no-op), let go when the wait ends, or just before
+// the waiter given to hold sleeps in the kernel.
+class ProxyDrive {
+ public:
+  ProxyDrive() = default;
+  ProxyDrive(const ProxyDrive&) = delete;
+  ProxyDrive& operator=(const ProxyDrive&) = delete;
+  ~ProxyDrive() {
+    if (proxy_ == nullptr) return;
+    if (waiter_ != nullptr) waiter_->setBeforeSleep(nullptr, nullptr);
+    proxy_->stopDriving(false);
+  }
+  void hold(ProxyLink* proxy, Waiter* waiter) {
+    if (proxy_ != nullptr || released_) return;
+    proxy_ = proxy;
+    waiter_ = waiter;
+    proxy->startDriving();
+    if (waiter != nullptr) waiter->setBeforeSleep(&ProxyDrive::beforeSleep, this);
+  }
+
+ private:
+  static void beforeSleep(void* self) {
+    auto* d = static_cast<ProxyDrive*>(self);
+    d->proxy_->stopDriving(true);
+    d->proxy_ = nullptr;
+    d->released_ = true;
+  }
+  ProxyLink* proxy_ = nullptr;
+  Waiter* waiter_ = nullptr;
+  bool released_ = false;
 };
 constexpr size_t kCacheLine = 64;
 
@@ -82,13 +138,18 @@ class SendConnector {
   explicit SendConnector(void* memory);
   bool valid() const { return header_ != nullptr; }
   size_t slotBytes() const { return slotBytes_; }
+  ProxyLink* proxy() const { return proxy_; }
 
   // Waits for a free slot; returns its address, or nullptr with *failure set.
   void* acquire(Waiter& waiter, Code* failure) {
+    ProxyDrive drive;
     while (tail_ - cachedHead_ >= nslots_) {
       cachedHead_ = header_->head.load(std::memory_order_acquire);
       if (tail_ - cachedHead_ < nslots_) break;
-      if (proxy_ != nullptr) proxy_->tryProgress();
+      if (proxy_ != nullptr) {
+        drive.hold(proxy_, &waiter);
+        proxy_->tryProgress(header_);
+      }
       Code c = waiter.pause(header_->head, cachedHead_, header_->headSleepers);
       if (c != Code::kInProgress) {
         *failure = c;
@@ -102,7 +163,7 @@ class SendConnector {
     if (tail_ - cachedHead_ >= nslots_) {
       cachedHead_ = header_->head.load(std::memory_order_acquire);
       if (tail_ - cachedHead_ >= nslots_) {
-        if (proxy_ != nullptr) proxy_->tryProgress();
+        if (proxy_ != nullptr) proxy_->tryProgress(header_);
         return nullptr;
       }
     }
@@ -134,10 +195,12 @@ class RecvConnector {
   explicit RecvConnector(void* memory);
   bool valid() const { return header_ != nullptr; }
   size_t slotBytes() const { return slotBytes_; }
+  ProxyLink* proxy() const { return proxy_; }
 
   // Waits for a filled slot; returns its address and size, or nullptr with *failure set
   // (kRemoteError also when the peer closed the connection: see peerClosed()).
   const void* wait(Waiter& waiter, size_t* bytes, Code* failure) {
+    ProxyDrive drive;
     while (cachedTail_ <= head_) {
       cachedTail_ = header_->tail.load(std::memory_order_acquire);
       if (cachedTail_ > head_) break;
@@ -147,7 +210,10 @@ class RecvConnector {
         *failure = Code::kRemoteError;
         return nullptr;
       }
-      if (proxy_ != nullptr) proxy_->tryProgress();
+      if (proxy_ != nullptr) {
+        drive.hold(proxy_, &waiter);
+        proxy_->tryProgress(header_);
+      }
       Code c = waiter.pause(header_->tail, cachedTail_, header_->tailSleepers);
       if (c != Code::kInProgress) {
         *failure = c;
@@ -162,7 +228,7 @@ class RecvConnector {
     if (cachedTail_ <= head_) {
       cachedTail_ = header_->tail.load(std::memory_order_acquire);
       if (cachedTail_ <= head_) {
-        if (proxy_ != nullptr) proxy_->tryProgress();
+        if (proxy_ != nullptr) proxy_->tryProgress(header_);
         return nullptr;
       }
     }

@@ -58,6 +58,11 @@ Code Waiter::pause(const std::atomic<uint64_t>& counter, uint64_t seen,
   if (phase == Phase::kSpin) return Code::kInProgress;
   if (phase == Phase::kSleep) {
     // Nobody came within the yield window: sleep until the counter moves.
+    if (beforeSleep_ != nullptr) {
+      void (*fn)(void*) = beforeSleep_;
+      beforeSleep_ = nullptr;
+      fn(beforeSleepArg_);
+    }
     sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (counter.load(std::memory_order_seq_cst) == seen && !aborted()) {
       int64_t slice = kSleepSliceNs;

@@ -30,6 +30,13 @@ class Waiter {
   // the data path; 0: none).
   void setYieldMicros(int64_t us) { yieldNs_ = us * 1000; }
 
+  // Called once, just before pause first sleeps in the kernel (null: nothing). A thread that
+  // drives a proxy's progress while it polls lets go of it there (see ProxyDrive).
+  void setBeforeSleep(void (*fn)(void*), void* arg) {
+    beforeSleep_ = fn;
+    beforeSleepArg_ = arg;
+  }
+
   // Call once per failed poll. Spins for spinCount polls, yields the core for the yield window
   // (setYieldMicros), then blocks in the kernel until
   // `counter` no longer holds `seen` (or a short slice passed, to look at the deadline and the
@@ -65,6 +72,8 @@ class Waiter {
   double timeoutSeconds_;
   int64_t yieldNs_ = 0;
   Clock::time_point yieldStart_{};
+  void (*beforeSleep_)(void*) = nullptr;
+  void* beforeSleepArg_ = nullptr;
   bool yielding();
   enum class Phase { kSpin, kCheck, kSleep };
   Phase nextPhase();

@@ -83,6 +83,23 @@ Status hostP2p(const ExecContext& ctx, const std::vector<P2pOp>& ops,
   std::vector<int> busySend(ctx.nranks), busyRecv(ctx.nranks);
   size_t remaining = transfers.size();
   Waiter waiter = ctx.waiter();
+  // The loop polls every network connector it uses, so it drives their proxies (it never sleeps
+  // in the kernel: pauseAny naps).
+  struct Drives {
+    std::vector<ProxyLink*> proxies;
+    ~Drives() {
+      for (ProxyLink* p : proxies) p->stopDriving(false);
+    }
+  } drives;
+  for (const Transfer& t : transfers) {
+    const P2pConnection& conn = conns[t.op->peer];
+    ProxyLink* proxy = t.op->isSend ? conn.send.proxy() : conn.recv.proxy();
+    if (proxy == nullptr ||
+        std::find(drives.proxies.begin(), drives.proxies.end(), proxy) != drives.proxies.end())
+      continue;
+    proxy->startDriving();
+    drives.proxies.push_back(proxy);
+  }
   while (remaining > 0) {
     bool moved = false;
     std::fill(busySend.begin(), busySend.end(), 0);

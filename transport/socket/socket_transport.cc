@@ -11,6 +11,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -33,6 +34,12 @@ constexpr uint64_t kHelloMagic = 0x43484f5255534443ull;  // "CHORUSDC"
 
 constexpr int kMaxStreams = 16;
 constexpr uint64_t kStripeMinBytes = 64 * 1024;
+// Bytes a receive side reads from stream 0 at a time when the message part it still needs is
+// smaller than this (its length word, or a small payload).
+constexpr size_t kStageBytes = 4096;
+// How long the proxy sleeps with the receiving sockets left to driving threads before it looks
+// whether they still drive.
+constexpr int kDrivenSleepMs = 1;
 
 struct Hello {
   uint64_t magic;
@@ -91,7 +98,11 @@ struct SocketConn {
   uint64_t msgBytes = 0;   // size of the message in progress
   bool failed = false;
   uint32_t watched = 0;  // streams in the poll set the proxy sleeps on (bit i: stream i)
-  int listener = 0;      // receive side: the address index its peer connects to
+  // Receive side: bytes read from stream 0 and not used yet, [stageBegin, stageEnd).
+  std::unique_ptr<char[]> stage;
+  size_t stageBegin = 0;
+  size_t stageEnd = 0;
+  int listener = 0;  // receive side: the address index its peer connects to
 
   bool connected() const {
     for (const SocketStream& st : streams)
@@ -148,6 +159,7 @@ class SocketTransport final : public Transport, public ProxyLink {
     }
     auto c = newConn(false, peer, channel);
     c->listener = index;
+    c->stage.reset(new char[kStageBytes]);
     c->streams.resize(static_cast<size_t>(nstreams_));
     *conn = RecvConnector(c->memory.get());
     pending_.push_back(std::move(c));
@@ -372,22 +384,54 @@ class SocketTransport final : public Transport, public ProxyLink {
 
   // Reads from one stream into its part of the message in progress. Returns the bytes read,
   // 0 when the peer closed the stream, -1 when nothing is there (or on failure: see c.failed).
+  // Stream 0 reads through the connection's stage, so that one recv takes a small message's
+  // length and payload together (bytes of the next message stay there for it); what is left
+  // of a large part is read straight into the slot.
   ssize_t readStream(SocketConn& c, SocketStream& st, char* payload) {
+    const size_t want = st.total - st.offset;
+    const bool staged = &st == &c.streams[0];
+    if (staged && c.stageBegin == c.stageEnd &&
+        (st.offset < sizeof(uint64_t) || want < kStageBytes)) {
+      ssize_t r = recv(st.socket.fd(), c.stage.get(), kStageBytes, MSG_DONTWAIT);
+      if (r <= 0) return recvFailed(c, r);
+      c.stageBegin = 0;
+      c.stageEnd = static_cast<size_t>(r);
+    }
+    if (staged && c.stageBegin < c.stageEnd) {
+      const size_t take = std::min(want, c.stageEnd - c.stageBegin);
+      const char* from = c.stage.get() + c.stageBegin;
+      size_t used = 0;
+      if (st.offset < sizeof(uint64_t)) {
+        used = std::min(take, sizeof(uint64_t) - st.offset);
+        memcpy(reinterpret_cast<char*>(&st.length) + st.offset, from, used);
+      }
+      if (take > used) {
+        const size_t done = st.offset + used - sizeof(uint64_t);
+        memcpy(payload + st.begin + done, from + used, take - used);
+      }
+      c.stageBegin += take;
+      st.offset += take;
+      return static_cast<ssize_t>(take);
+    }
     ssize_t r;
     if (st.offset < sizeof(uint64_t)) {
       r = recv(st.socket.fd(), reinterpret_cast<char*>(&st.length) + st.offset,
                sizeof(uint64_t) - st.offset, MSG_DONTWAIT);
     } else {
       const size_t done = st.offset - sizeof(uint64_t);
-      r = recv(st.socket.fd(), payload + st.begin + done, st.total - st.offset, MSG_DONTWAIT);
+      r = recv(st.socket.fd(), payload + st.begin + done, want, MSG_DONTWAIT);
     }
-    if (r < 0) {
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-        fail(c, errnoError(errno, "recv"));
-      return -1;
-    }
+    if (r <= 0) return recvFailed(c, r);
     st.offset += static_cast<size_t>(r);
     return r;
+  }
+
+  // readStream's result for a recv that returned r <= 0.
+  ssize_t recvFailed(SocketConn& c, ssize_t r) {
+    if (r == 0) return 0;
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      fail(c, errnoError(errno, "recv"));
+    return -1;
   }
 
   bool progressRecv(SocketConn& c) {
@@ -465,8 +509,9 @@ class SocketTransport final : public Transport, public ProxyLink {
     return true;
   }
 
-  // Sockets the proxy must watch while it sleeps: receive sides with a free slot, send sides
-  // with posted data the sockets did not take yet, and the doorbell for new work.
+  // Sockets the proxy must watch while it sleeps: receive sides with a free slot (unless the
+  // drivers watch them), send sides with posted data the sockets did not take yet, and the
+  // doorbell for new work.
   void buildPollSet(std::vector<pollfd>* fds) {
     fds->clear();
     fds->push_back(pollfd{doorbellFd, POLLIN, 0});
@@ -483,7 +528,7 @@ class SocketTransport final : public Transport, public ProxyLink {
   // the message in progress is unfinished, or between messages stream 0 (receive: the length
   // comes first) or every stream (send).
   uint32_t streamsToWatch(const SocketConn& c) const {
-    if (c.failed) return 0;
+    if (c.failed || (!c.isSend && recvLeftToDrivers_)) return 0;
     if (c.isSend ? c.done >= c.fifo->tail.load(std::memory_order_acquire)
                  : c.done - c.fifo->head.load(std::memory_order_acquire) >= ctx_.geometry.nslots)
       return 0;
@@ -495,26 +540,32 @@ class SocketTransport final : public Transport, public ProxyLink {
     return mask;
   }
 
-  void tryProgress() override {
+  void tryProgress(const void* fifo) override {
     std::unique_lock<std::mutex> lock(progressMutex_, std::try_to_lock);
-    if (lock.owns_lock()) progressAll();
+    if (lock.owns_lock()) progressFor(fifo);
   }
 
-  bool progressNeedsProxy() override {
+  bool progressNeedsProxy(const void* fifo) override {
     std::unique_lock<std::mutex> lock(progressMutex_, std::try_to_lock);
     if (!lock.owns_lock()) return true;  // another thread's pass may have missed the change
-    progressAll();
+    progressFor(fifo);
     for (const auto& c : conns_)
       if ((streamsToWatch(*c) & ~c->watched) != 0) return true;
     return false;
   }
 
-  // Callers hold progressMutex_.
-  bool progressAll() {
+  // Callers hold progressMutex_. Every connection (the proxy), or the sending ones and the one
+  // receiving into recvFifo, if any (threads that wait or post).
+  bool progressAll() { return progress(true, nullptr); }
+  bool progressFor(const void* recvFifo) { return progress(false, recvFifo); }
+  bool progress(bool everyRecv, const void* recvFifo) {
     bool moved = false;
     for (auto& c : conns_) {
       if (c->failed) continue;
-      moved |= c->isSend ? progressSend(*c) : progressRecv(*c);
+      if (c->isSend)
+        moved |= progressSend(*c);
+      else if (everyRecv || recvFifo == c->fifo)
+        moved |= progressRecv(*c);
     }
     return moved;
   }
@@ -541,24 +592,36 @@ class SocketTransport final : public Transport, public ProxyLink {
         continue;
       }
       // Executor threads drive progress while they wait, so the proxy need not spin long: it
-      // covers the time when they compute or have returned to the application.
-      if (++idle < spin) {
+      // covers the time when they compute or have returned to the application. While one
+      // drives, the proxy's spinning would only contend with it for the lock and the core.
+      if (drivers.load(std::memory_order_relaxed) == 0 && ++idle < spin) {
         lock.unlock();
         cpuRelax();
         lock.lock();
         continue;
       }
       // Sleep until a socket is ready or an executor posts or frees a slot. The flag is raised
-      // before the last look at the FIFOs, so a change after that look rings the doorbell.
-      sleeping.store(1, std::memory_order_seq_cst);
+      // before the last look at the FIFOs and at the drives, so a change after that look rings
+      // the doorbell.
+      sleeping.store(kAsleepDriven, std::memory_order_seq_cst);
       std::atomic_thread_fence(std::memory_order_seq_cst);
       if (!progressAll() && !stop_.load()) {
+        // Receiving sockets are left to the drivers while a thread drives, or did since the last
+        // sleep (collectives called back to back), unless a driver went to sleep since.
+        const uint32_t epoch = driveEpoch.load(std::memory_order_seq_cst);
+        const uint32_t requests = watchRequests.load(std::memory_order_seq_cst);
+        recvLeftToDrivers_ = requests == lastRequests_ &&
+                             (drivers.load(std::memory_order_seq_cst) > 0 || epoch != lastEpoch_);
+        lastEpoch_ = epoch;
+        lastRequests_ = requests;
+        if (!recvLeftToDrivers_) sleeping.store(kAsleep, std::memory_order_seq_cst);
         buildPollSet(&fds);
         lock.unlock();
-        poll(fds.data(), fds.size(), 100);
+        poll(fds.data(), fds.size(), recvLeftToDrivers_ ? kDrivenSleepMs : 100);
         lock.lock();
+        recvLeftToDrivers_ = false;
       }
-      sleeping.store(0, std::memory_order_relaxed);
+      sleeping.store(kAwake, std::memory_order_relaxed);
       uint64_t drained;
       while (read(doorbellFd, &drained, sizeof(drained)) > 0) {
       }
@@ -575,6 +638,11 @@ class SocketTransport final : public Transport, public ProxyLink {
   std::thread proxy_;
   std::atomic<bool> stop_{false};
   std::mutex progressMutex_;  // one thread at a time moves data on the connections
+  // The proxy's sleep (see ProxyLink drives): receiving sockets unwatched, and the drive and
+  // watch-request counts seen when it decided so.
+  bool recvLeftToDrivers_ = false;
+  uint32_t lastEpoch_ = 0;
+  uint32_t lastRequests_ = 0;
 };
 
 }  // namespace
