@@ -42,10 +42,16 @@ double stepUs(const TuningInfo& info, const CostModel& m) {
   return (usesNetwork(info) ? m.netStepUs : m.shmStepUs) + oversubscribedUs(info, m);
 }
 
+// Cores one ring channel keeps busy: its thread, and through the network as much again for the
+// kernel's TCP work (copies, checksums, acknowledgements) on both ends.
+double coresPerChannel(const TuningInfo& info) {
+  return usesNetwork(info) ? 2.0 : 1.0;
+}
+
 // Throughput of a ring over nchannels: channels run on their own threads, so they add up only
-// while each has a core; the network or memory caps the sum.
+// while each has its cores; the network or memory caps the sum.
 double ringGBps(const TuningInfo& info, const CostModel& m, int nchannels) {
-  double cores = std::floor(info.coresPerRank);
+  double cores = std::floor(info.coresPerRank / coresPerChannel(info));
   double parallel = std::fmax(1.0, std::fmin(static_cast<double>(nchannels), cores));
   if (usesNetwork(info)) {
     // One stream reaches the model's figure at most; the link caps all of them together.
@@ -59,7 +65,9 @@ double ringGBps(const TuningInfo& info, const CostModel& m, int nchannels) {
 // The most ring channels whose throughput still adds up (cores, or the network's cap).
 int usefulChannels(const TuningInfo& info) {
   const CostModel& m = costModel();
-  if (usesNetwork(info)) return static_cast<int>(std::ceil(m.netMaxGBps / m.netGBps));
+  if (usesNetwork(info))
+    return std::max(1, std::min(static_cast<int>(std::ceil(m.netMaxGBps / m.netGBps)),
+                                static_cast<int>(std::floor(info.coresPerRank / 2.0))));
   return std::max(1, std::min(static_cast<int>(std::ceil(m.shmMaxGBps / m.shmGBps)),
                               static_cast<int>(std::floor(info.coresPerRank))));
 }

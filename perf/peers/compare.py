@@ -19,6 +19,8 @@ import subprocess
 import sys
 import time
 
+import netns
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 COLLS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -87,6 +89,11 @@ def parse_args(argv):
     p.add_argument("--python", default="/usr/bin/python3", help="Python with torch, for gloo")
     p.add_argument("--openmpi-args", default="", help="extra mpirun.openmpi arguments")
     p.add_argument("--mpich-args", default="", help="extra mpirun.mpich arguments")
+    p.add_argument("--netns", action="store_true",
+                   help="two ranks in two network namespaces joined by a veth pair (TCP as "
+                        "between two hosts; needs root; no memcpy reference)")
+    p.add_argument("--netns-subnet", default="10.78.0",
+                   help="the /24 the namespaces' addresses come from (default 10.78.0)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per benchmark run")
     p.add_argument("--out", help="also write the markdown report here")
     p.add_argument("--plot", help="PNG: busbw against size, one line per library")
@@ -107,6 +114,15 @@ def parse_args(argv):
     if a.min_iters < 1 or a.max_iters < a.min_iters:
         p.error("need 1 <= --min-iters <= --max-iters")
     a.peers_build = a.peers_build or os.path.join(a.build, "peers")
+    a.ns = None
+    if a.netns:
+        if a.nranks != 2:
+            p.error("--netns runs one rank in each of two namespaces: -n 2")
+        a.no_bound = True  # a memory-bandwidth reference says nothing about a TCP link
+        try:
+            a.ns = netns.NetnsPair(a.netns_subnet)
+        except ValueError as e:
+            p.error(str(e))
     return a
 
 
@@ -163,10 +179,13 @@ class Runner:
         inplace = ["-I", "1" if a.inplace else "0"]
         if a.coll == "broadcast":
             args += ["-r", str(a.root)]
+        ns = a.ns
         if lib == "chorus" or lib.startswith("chorus:"):
             env["CHORUS_HOST_COMM"] = "1"
             if lib.startswith("chorus:"):
                 env["CHORUS_ALGO"] = lib.split(":", 1)[1]
+            if ns:
+                return ns.pair([self.perf] + args), env
             return [self.chorusrun, "-n", str(a.nranks), "--no-prefix", self.perf] + args, env
         if lib == "openmpi":
             launcher = ["mpirun.openmpi", "-np", str(a.nranks)]
@@ -174,15 +193,27 @@ class Runner:
                 launcher.append("--oversubscribe")
             if os.geteuid() == 0:
                 env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+            if ns:
+                launcher += ns.openmpi_args()
+                env.update(ns.hosts_env())
             launcher += shlex.split(a.openmpi_args)
             exe = os.path.join(a.peers_build, "mpi_bench.openmpi")
-            return launcher + [exe, a.coll] + args + inplace, env
+            cmd = launcher + [exe, a.coll] + args + inplace
+            return (ns.in_first(cmd) if ns else cmd), env
         if lib == "mpich":
-            launcher = ["mpirun.mpich", "-n", str(a.nranks)] + shlex.split(a.mpich_args)
+            launcher = ["mpirun.mpich", "-n", str(a.nranks)]
+            if ns:
+                launcher += ns.mpich_args()
+                env.update(ns.hosts_env())
+            launcher += shlex.split(a.mpich_args)
             exe = os.path.join(a.peers_build, "mpi_bench.mpich")
-            return launcher + [exe, a.coll] + args + inplace, env
+            cmd = launcher + [exe, a.coll] + args + inplace
+            return (ns.in_first(cmd) if ns else cmd), env
         if lib == "gloo":
             script = os.path.join(HERE, "gloo_bench.py")
+            if ns:
+                env["GLOO_SOCKET_IFNAME"] = netns.IFNAME
+                return ns.pair([a.python, script, a.coll] + args + inplace), env
             return [a.python, script, a.coll, "--nranks", str(a.nranks)] + args + inplace, env
         raise ValueError(lib)
 
@@ -406,6 +437,10 @@ def report(a, res, libs, table):
     mode = "in-place" if a.inplace else "out-of-place"
     lines.append(f"## {a.coll}, {a.nranks} ranks, float32, {mode}: busbw (GB/s)")
     lines.append("")
+    if a.ns:
+        lines.append(f"Ranks: {a.ns.describe()}; Open MPI over its TCP BTL (pml ob1), MPICH "
+                     f"with UCX_TLS=tcp,self, Gloo over the veth.")
+        lines.append("")
     lines.append(f"Median over {a.rounds} interleaved rounds; sizes {human(size_list(a)[0])} to "
                  f"{human(size_list(a)[-1])}; time per call averaged over -n iterations "
                  + (f"(-n = {a.fixed_iters}), then " if a.fixed_iters > 0 else
@@ -558,7 +593,16 @@ def main(argv):
           f"{a.rounds} rounds, libraries: {', '.join(label(l) for l in run_libs)}",
           file=sys.stderr)
     t0 = time.monotonic()
-    res = measure(a, run_libs)
+    if a.ns and not a.dry_run:
+        try:
+            a.ns.setup()
+        except RuntimeError as e:
+            sys.exit(f"compare.py: {e}")
+    try:
+        res = measure(a, run_libs)
+    finally:
+        if a.ns:
+            a.ns.teardown()
     if a.dry_run:
         return 0
     table = summarize(a, res)

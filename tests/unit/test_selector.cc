@@ -161,6 +161,16 @@ TEST(Selector, ModelShape) {
   EXPECT_EQ(selectAlgorithm(wide, Collective::kAllGather, 1024).nchannels, 1);
   EXPECT_GT(selectAlgorithm(wide, Collective::kAllGather, size_t(64) << 20).nchannels, 1);
   EXPECT_EQ(selectAlgorithm(info, Collective::kAllGather, size_t(64) << 20).nchannels, 1);
+  // Through the network a channel keeps two cores busy (its thread and the kernel's TCP work):
+  // two cores per rank carry one channel, eight carry more.
+  TuningInfo tcp = oneHost(2, 2.0);
+  tcp.nnodes = 2;
+  tcp.localRanks = 1;
+  tcp.directPossible = false;
+  EXPECT_EQ(selectAlgorithm(tcp, Collective::kAllGather, size_t(64) << 20).nchannels, 1);
+  EXPECT_EQ(selectAlgorithm(tcp, Collective::kAllReduce, size_t(64) << 20).nchannels, 1);
+  tcp.coresPerRank = 8.0;
+  EXPECT_GT(selectAlgorithm(tcp, Collective::kAllGather, size_t(64) << 20).nchannels, 1);
 }
 
 TEST(Selector, OverridesWin) {
