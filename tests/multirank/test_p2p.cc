@@ -70,6 +70,44 @@ TEST_P(P2pMatrix, RingExchangeInAnyOrder) {
   });
 }
 
+// Point-to-point connectors are made when a direction is first used, so the second direction
+// between two ranks may come long after the first (over TCP both then share the connection the
+// lower rank made, or not, depending on which direction came first): one direction at a time,
+// each order on some pair, then both directions at once with messages larger than the FIFO.
+TEST_P(P2pMatrix, DirectionsConnectedOneAtATime) {
+  run([](int rank, int n, ncclComm_t& comm) {
+    auto firstSender = [](int a, int b) {
+      const int lo = std::min(a, b), hi = std::max(a, b);
+      return (lo + hi) % 2 == 0 ? lo : hi;
+    };
+    for (int phase = 0; phase < 3; ++phase) {
+      const size_t words = phase < 2 ? 1000 : 300001;
+      std::vector<std::vector<uint32_t>> out(n), in(n);
+      std::vector<bool> receives(n, false);
+      ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+      for (int peer = 0; peer < n; ++peer) {
+        if (peer == rank) continue;
+        const int first = firstSender(rank, peer);
+        // Phase 0: each pair's first direction; phase 1: the other; phase 2: both.
+        const bool sends = phase == 2 || (phase == 0) == (first == rank);
+        receives[peer] = phase == 2 || (phase == 0) == (first == peer);
+        if (sends) {
+          out[peer] = message(rank, peer, phase, words);
+          ASSERT_EQ(ncclSend(out[peer].data(), words, ncclUint32, peer, comm, nullptr),
+                    ncclSuccess);
+        }
+        if (receives[peer]) {
+          in[peer].resize(words);
+          ASSERT_EQ(ncclRecv(in[peer].data(), words, ncclUint32, peer, comm, nullptr), ncclSuccess);
+        }
+      }
+      ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(comm);
+      for (int peer = 0; peer < n; ++peer)
+        if (receives[peer]) expectMessage(in[peer], peer, rank, phase);
+    }
+  });
+}
+
 // All pairs at once, posted in a different random order on every rank, with two messages per
 // pair that must arrive in the order they were sent.
 TEST_P(P2pMatrix, AllPairsTwoMessagesEachKeepOrder) {
