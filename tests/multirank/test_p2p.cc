@@ -71,9 +71,8 @@ TEST_P(P2pMatrix, RingExchangeInAnyOrder) {
 }
 
 // Point-to-point connectors are made when a direction is first used, so the second direction
-// between two ranks may come long after the first (over TCP both then share the connection the
-// lower rank made, or not, depending on which direction came first): one direction at a time,
-// each order on some pair, then both directions at once with messages larger than the FIFO.
+// between two ranks may come long after the first: one direction at a time, each order on some
+// pair, then both directions at once with messages larger than the FIFO.
 TEST_P(P2pMatrix, DirectionsConnectedOneAtATime) {
   run([](int rank, int n, ncclComm_t& comm) {
     auto firstSender = [](int a, int b) {

@@ -5,7 +5,6 @@
 // congestion window, several share the link. A message (one slot) is cut into one stripe per
 // stream, each sent as an 8-byte message length followed by the stripe; messages under
 // kStripeMinBytes travel whole on stream 0, and stream 0 always carries at least the length.
-#include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -103,8 +102,7 @@ struct SocketConn {
   std::unique_ptr<char[]> stage;
   size_t stageBegin = 0;
   size_t stageEnd = 0;
-  bool shared = false;  // its sockets carry the other direction too
-  int listener = 0;     // receive side: the address index its peer connects to
+  int listener = 0;  // receive side: the address index its peer connects to
 
   bool connected() const {
     for (const SocketStream& st : streams)
@@ -179,23 +177,6 @@ class SocketTransport final : public Transport, public ProxyLink {
     if (si.nstreams < 1 || si.nstreams > kMaxStreams)
       return internalError("socket transport: rank %d asks for %d streams (1..%d)", peer,
                            si.nstreams, kMaxStreams);
-    // Both directions between two ranks on one channel share the lower rank's connections
-    // (see finishRecv): acknowledgements then travel with the data going back instead of as
-    // packets of their own. The higher rank sends on the connections it accepts from the
-    // lower one, which connects because it has a send connector wherever this rank has a
-    // receive connector.
-    if (peer < ctx_.rank) {
-      if (SocketConn* r = findConn(false, peer, channel)) {
-        auto c = newConn(true, peer, channel);
-        *conn = SendConnector(c->memory.get());
-        if (!r->connected()) {
-          parked_.push_back(std::move(c));  // finishRecv hands it the sockets it accepts
-          return Status::ok();
-        }
-        CHORUS_TRY(shareSockets(*r, c.get()));
-        return addConn(std::move(c));
-      }
-    }
     Waiter w(ctx_.timeoutSeconds, ctx_.abort);
     auto c = newConn(true, peer, channel);
     c->streams.resize(static_cast<size_t>(si.nstreams));
@@ -220,27 +201,13 @@ class SocketTransport final : public Transport, public ProxyLink {
     int index = 0;
     for (auto& p : pending_)
       if (p->peer == peer && p->channel == channel) index = p->listener;
-    // From a higher rank this rank sends to on the same channel: its data comes back on this
-    // rank's connections to it (see connectSend).
-    SocketConn* mine = peer > ctx_.rank ? findConn(true, peer, channel) : nullptr;
     while (true) {
       for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-        if ((*it)->peer != peer || (*it)->channel != channel) continue;
-        if (mine != nullptr) CHORUS_TRY(shareSockets(*mine, it->get()));
-        if (!(*it)->connected()) continue;
-        std::unique_ptr<SocketConn> c = std::move(*it);
-        pending_.erase(it);
-        SocketConn& accepted = *c;
-        CHORUS_TRY(addConn(std::move(c)));
-        // A send connector to the same peer waiting for these sockets.
-        for (auto p = parked_.begin(); p != parked_.end(); ++p) {
-          if ((*p)->peer != peer || (*p)->channel != channel) continue;
-          std::unique_ptr<SocketConn> s = std::move(*p);
-          parked_.erase(p);
-          CHORUS_TRY(shareSockets(accepted, s.get()));
-          return addConn(std::move(s));
+        if ((*it)->peer == peer && (*it)->channel == channel && (*it)->connected()) {
+          std::unique_ptr<SocketConn> c = std::move(*it);
+          pending_.erase(it);
+          return addConn(std::move(c));
         }
-        return Status::ok();
       }
       Result<Socket> s = listeners_[index].accept(w, options_);
       if (!s.isOk())
@@ -276,34 +243,10 @@ class SocketTransport final : public Transport, public ProxyLink {
     if (!pending_.empty())
       return internalError("socket transport: %zu receive connectors never connected",
                            pending_.size());
-    if (!parked_.empty())
-      return internalError("socket transport: %zu send connectors got no connection to share",
-                           parked_.size());
     return Status::ok();
   }
 
  private:
-  // A connector of this rank's (receive or send side) for (peer, channel), set up or pending.
-  SocketConn* findConn(bool isSend, int peer, int channel) const {
-    for (const auto* list : {&conns_, &pending_})
-      for (const auto& c : *list)
-        if (c->isSend == isSend && c->peer == peer && c->channel == channel) return c.get();
-    return nullptr;
-  }
-
-  // Gives to the streams of `to` the connections of `from` (duplicated descriptors).
-  Status shareSockets(const SocketConn& from, SocketConn* to) {
-    to->streams.clear();
-    to->streams.resize(from.streams.size());
-    for (size_t i = 0; i < from.streams.size(); ++i) {
-      int fd = fcntl(from.streams[i].socket.fd(), F_DUPFD_CLOEXEC, 0);
-      if (fd < 0) return errnoError(errno, "socket transport: duplicating a connection");
-      to->streams[i].socket = Socket(fd, from.streams[i].socket.peer());
-    }
-    to->shared = true;
-    return Status::ok();
-  }
-
   // Which of this rank's addresses the data connection of (peer, channel) comes to: the
   // bootstrap's (index 0) or one of the extra interfaces (index i + 1) whose subnet the peer
   // also has an address in, taken in turn by channel so that channels spread over the
@@ -352,10 +295,9 @@ class SocketTransport final : public Transport, public ProxyLink {
   // added at any time: point-to-point peers are connected when first used.
   Status addConn(std::unique_ptr<SocketConn> c) {
     if (doorbellFd < 0) return errnoError(EMFILE, "socket transport: eventfd for the proxy");
-    LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d over %s, %zu stream(s)%s", ctx_.rank,
+    LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d over %s, %zu stream(s)", ctx_.rank,
              c->isSend ? "sending to" : "receiving from", c->peer, c->channel,
-             c->streams[0].socket.peer().toString().c_str(), c->streams.size(),
-             c->shared ? ", shared by both directions" : "");
+             c->streams[0].socket.peer().toString().c_str(), c->streams.size());
     {
       std::lock_guard<std::mutex> lock(progressMutex_);
       conns_.push_back(std::move(c));
@@ -692,7 +634,6 @@ class SocketTransport final : public Transport, public ProxyLink {
   int nstreams_ = 1;                        // streams of the connectors this rank receives on
   Listener listeners_[1 + kMaxExtraAddrs];  // by address index (see addressFor)
   std::vector<std::unique_ptr<SocketConn>> pending_;  // receive sides waiting for their sender
-  std::vector<std::unique_ptr<SocketConn>> parked_;   // send sides waiting for a pending receive
   std::vector<std::unique_ptr<SocketConn>> conns_;
   std::thread proxy_;
   std::atomic<bool> stop_{false};
