@@ -38,8 +38,10 @@ constexpr uint64_t kStripeMinBytes = 64 * 1024;
 // smaller than this (its length word, or a small payload).
 constexpr size_t kStageBytes = 4096;
 // How long the proxy sleeps with the receiving sockets left to driving threads before it looks
-// whether they still drive.
-constexpr int kDrivenSleepMs = 1;
+// whether they still drive. Only data nobody waits for waits this long (a driver about to sleep
+// wakes the proxy); each look is a wake-up that takes a core from the drivers (8 B all-reduce
+// over TCP, same-run A/B: 1.5-3 us less per call with 10 ms than with 1 ms).
+constexpr int kDrivenSleepMs = 20;
 
 struct Hello {
   uint64_t magic;
