@@ -26,6 +26,10 @@ class ProxyLink {
   // data and the receiving FIFO recvFifo (the one the caller waits on; null: none). Other
   // receiving FIFOs are filled by those who wait on them, or by the proxy.
   virtual void tryProgress(const void* recvFifo) = 0;
+  // The same over every FIFO: for a sender waiting for a free slot, whose peer may in turn wait
+  // for this rank to read what it sent (a cycle that the proxy would otherwise break only at
+  // its next look).
+  virtual void tryProgressAll() = 0;
   // The same pass; false when it left nothing that a sleeping proxy does not already watch
   // (no unsent data, no socket missing from its poll set), so that it need not be woken.
   virtual bool progressNeedsProxy(const void* recvFifo) = 0;
@@ -148,7 +152,7 @@ class SendConnector {
       if (tail_ - cachedHead_ < nslots_) break;
       if (proxy_ != nullptr) {
         drive.hold(proxy_, &waiter);
-        proxy_->tryProgress(header_);
+        proxy_->tryProgressAll();
       }
       Code c = waiter.pause(header_->head, cachedHead_, header_->headSleepers);
       if (c != Code::kInProgress) {
@@ -163,7 +167,7 @@ class SendConnector {
     if (tail_ - cachedHead_ >= nslots_) {
       cachedHead_ = header_->head.load(std::memory_order_acquire);
       if (tail_ - cachedHead_ >= nslots_) {
-        if (proxy_ != nullptr) proxy_->tryProgress(header_);
+        if (proxy_ != nullptr) proxy_->tryProgressAll();
         return nullptr;
       }
     }
@@ -201,6 +205,7 @@ class RecvConnector {
   // (kRemoteError also when the peer closed the connection: see peerClosed()).
   const void* wait(Waiter& waiter, size_t* bytes, Code* failure) {
     ProxyDrive drive;
+    uint32_t polls = 0;
     while (cachedTail_ <= head_) {
       cachedTail_ = header_->tail.load(std::memory_order_acquire);
       if (cachedTail_ > head_) break;
@@ -212,7 +217,12 @@ class RecvConnector {
       }
       if (proxy_ != nullptr) {
         drive.hold(proxy_, &waiter);
-        proxy_->tryProgress(header_);
+        // Mostly this FIFO's socket; now and then every one, so that a peer blocked on sending
+        // to this rank on another FIFO moves on while this wait goes on.
+        if ((++polls & 63) != 0)
+          proxy_->tryProgress(header_);
+        else
+          proxy_->tryProgressAll();
       }
       Code c = waiter.pause(header_->tail, cachedTail_, header_->tailSleepers);
       if (c != Code::kInProgress) {

@@ -547,6 +547,11 @@ class SocketTransport final : public Transport, public ProxyLink {
     if (lock.owns_lock()) progressFor(fifo);
   }
 
+  void tryProgressAll() override {
+    std::unique_lock<std::mutex> lock(progressMutex_, std::try_to_lock);
+    if (lock.owns_lock()) progressAll();
+  }
+
   bool progressNeedsProxy(const void* fifo) override {
     std::unique_lock<std::mutex> lock(progressMutex_, std::try_to_lock);
     if (!lock.owns_lock()) return true;  // another thread's pass may have missed the change
