@@ -62,14 +62,14 @@ double ringGBps(const TuningInfo& info, const CostModel& m, int nchannels) {
   return std::fmin(parallel * m.shmGBps, m.shmMaxGBps) * cpuShare(info);
 }
 
-// The most ring channels whose throughput still adds up (cores, or the network's cap).
+// The most ring channels whose throughput still adds up (cores, or the network's or memory's
+// cap).
 int usefulChannels(const TuningInfo& info) {
   const CostModel& m = costModel();
-  if (usesNetwork(info))
-    return std::max(1, std::min(static_cast<int>(std::ceil(m.netMaxGBps / m.netGBps)),
-                                static_cast<int>(std::floor(info.coresPerRank / 2.0))));
-  return std::max(1, std::min(static_cast<int>(std::ceil(m.shmMaxGBps / m.shmGBps)),
-                              static_cast<int>(std::floor(info.coresPerRank))));
+  const double capped = usesNetwork(info) ? m.netMaxGBps / m.netGBps : m.shmMaxGBps / m.shmGBps;
+  return std::max(
+      1, std::min(static_cast<int>(std::ceil(capped)),
+                  static_cast<int>(std::floor(info.coresPerRank / coresPerChannel(info)))));
 }
 
 double launchUs(const CostModel& m, int nchannels) {

@@ -30,12 +30,13 @@ class ProxyLink {
   // for this rank to read what it sent (a cycle that the proxy would otherwise break only at
   // its next look).
   virtual void tryProgressAll() = 0;
-  // The same pass; false when it left nothing that a sleeping proxy does not already watch
-  // (no unsent data, no socket missing from its poll set), so that it need not be woken.
-  virtual bool progressNeedsProxy(const void* recvFifo) = 0;
+  // A pass over the sending FIFOs; false when it left nothing that a sleeping proxy does not
+  // already watch (no unsent data, no socket missing from its poll set), so that it need not
+  // be woken.
+  virtual bool progressNeedsProxy() = 0;
   // Called after a FIFO counter changed: lets the proxy act on it (now, or by waking it).
   void kick() {
-    if (!progressNeedsProxy(nullptr)) return;
+    if (!progressNeedsProxy()) return;
     // Orders the counter store (and this pass) before the sleeping flag load, pairing with the
     // proxy's flag store before its last look at the FIFOs.
     std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -119,7 +119,7 @@ struct FakeProxy : ProxyLink {
     maxDrivers = std::max(maxDrivers.load(), drivers.load());
   }
   void tryProgressAll() override { ++everything; }
-  bool progressNeedsProxy(const void*) override { return false; }
+  bool progressNeedsProxy() override { return false; }
   uint64_t rings() {
     uint64_t n = 0;
     return read(doorbellFd, &n, sizeof(n)) == sizeof(n) ? n : 0;

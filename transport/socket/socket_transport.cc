@@ -552,10 +552,10 @@ class SocketTransport final : public Transport, public ProxyLink {
     if (lock.owns_lock()) progressAll();
   }
 
-  bool progressNeedsProxy(const void* fifo) override {
+  bool progressNeedsProxy() override {
     std::unique_lock<std::mutex> lock(progressMutex_, std::try_to_lock);
     if (!lock.owns_lock()) return true;  // another thread's pass may have missed the change
-    progressFor(fifo);
+    progressFor(nullptr);
     for (const auto& c : conns_)
       if ((streamsToWatch(*c) & ~c->watched) != 0) return true;
     return false;
