@@ -72,6 +72,11 @@ const std::vector<ParamDef> kParams = {
      "Ring collectives whose output is at least this large write it with non-temporal stores "
      "(0: never; -1: 16 MiB on Intel CPUs, never on others, where it measured slower)",
      false},
+    {"SLOT_STREAM", ParamType::kInt, "-1",
+     "How senders write shared-memory FIFO slots: -1 as each receiver measures faster (cached "
+     "stores, or streaming stores that bypass the sender's caches, for a receiver on a distant "
+     "core), 0 always cached, 1 always streaming",
+     false},
     {"SPIN_YIELD_US", ParamType::kInt, "1000",
      "After spinning, microseconds a waiting thread keeps polling while yielding its core "
      "(to a peer waiting for it) before it sleeps",

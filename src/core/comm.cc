@@ -109,6 +109,12 @@ Status Communicator::init(const UniqueIdInfo& id) {
                            paramRaw("DIRECT_BUFFSIZE").source.c_str(),
                            static_cast<long long>(directBytes));
   tuning_.directChunkBytes = static_cast<size_t>(directBytes);
+  const int64_t slotStream = paramInt("SLOT_STREAM");
+  if (slotStream < -1 || slotStream > 1)
+    return invalidArgument(
+        "rank %d init: %s=%lld is not -1 (measured), 0 (cached) or 1 (streaming)", rank_,
+        paramRaw("SLOT_STREAM").source.c_str(), static_cast<long long>(slotStream));
+  exec_.slotStream = static_cast<SlotStreamMode>(slotStream);
   timeoutSeconds_ = static_cast<double>(paramInt("TIMEOUT"));
   // The local topology (CHORUS_TOPO_FILE or detected): a bad file fails before any waiting.
   Result<const LocalTopology*> topo = processTopology();

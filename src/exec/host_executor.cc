@@ -1,5 +1,7 @@
 #include "exec/host_executor.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "algorithms/ring_allgather.h"
@@ -73,7 +75,15 @@ class HostRingPrims {
       if (sendSlot == nullptr) return fail(failure, ch_.nextRank, ch_.sendTransport, false);
     }
     char* output = writeOutput ? output_ + out * eltSize_ : nullptr;
-    if (n > 0 && output != nullptr && streamOutput_ && !useLocal && !useSend) {
+    // Steps that fill a send slot pick and measure the kind of store (see slot_stream.h).
+    const int kind = (useLocal ? 1 : 0) | (useRecv ? 2 : 0) | (writeOutput ? 4 : 0);
+    const bool streamSlot = useSend && ch_.sendStream.streamNext(ctx_.slotStream, kind, bytes);
+    const bool timed = useSend && SlotStreamPolicy::measured(ctx_.slotStream, bytes);
+    const Clock::time_point start = timed ? Clock::now() : Clock::time_point();
+    if (n > 0 && streamSlot) {
+      stepStreamingSlot(recvSlot, useLocal ? input_ + in * eltSize_ : nullptr, output, sendSlot, n,
+                        (flags & kFinal) != 0);
+    } else if (n > 0 && output != nullptr && streamOutput_ && !useLocal && !useSend) {
       // A received final chunk: straight to the output, past the caches.
       streamCopy(output, recvSlot, bytes);
     } else if (n > 0) {
@@ -92,9 +102,42 @@ class HostRingPrims {
       reduceCopy(a);
       if (streamAfter) streamCopy(output, sendSlot, bytes);
     }
+    if (timed)
+      ch_.sendStream.record(
+          kind, streamSlot, bytes,
+          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
     if (useSend) ch_.send.post(bytes);
     if (useRecv) ch_.recv.release();
     return true;
+  }
+
+  // A step whose send slot is written with streaming stores: the result is computed where it
+  // stays cached (the output, or the channel's scratch) and streamed from there; a plain copy
+  // of the input streams straight from it.
+  void stepStreamingSlot(const void* recvSlot, const char* local, char* output, void* sendSlot,
+                         size_t n, bool finalize) {
+    const size_t bytes = n * eltSize_;
+    const bool scales = op_.kind == RedKind::kPreMulSum || (finalize && op_.kind == RedKind::kAvg);
+    if (recvSlot == nullptr && output == nullptr && !scales) {
+      streamCopy(sendSlot, local, bytes);
+      return;
+    }
+    char* result = output;
+    if (result == nullptr || streamOutput_) {
+      if (ch_.scratch.size() < bytes) ch_.scratch.resize(std::max(bytes, ch_.send.slotBytes()));
+      result = ch_.scratch.data();
+    }
+    ReduceCopyArgs a;
+    a.peer = recvSlot;
+    a.local = local;
+    a.dst0 = result;
+    a.count = n;
+    a.type = type_;
+    a.op = &op_;
+    a.finalize = finalize;
+    reduceCopy(a);
+    streamCopy(sendSlot, result, bytes);
+    if (output != nullptr && result != output) streamCopy(output, result, bytes);
   }
 
   bool fail(Code code, int peer, const char* transport, bool receiving) {

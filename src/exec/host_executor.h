@@ -9,6 +9,7 @@
 #include "common/status.h"
 #include "common/wait.h"
 #include "exec/reduce.h"
+#include "exec/slot_stream.h"
 #include "exec/workers.h"
 #include "transport/connector.h"
 
@@ -22,6 +23,11 @@ struct HostChannel {
   int prevRank = -1;
   const char* sendTransport = "";
   const char* recvTransport = "";
+  // How this rank writes its send slots (see slot_stream.h), and a slot's worth of memory for
+  // steps that compute before streaming into one (made when first needed). The one thread
+  // that drives the channel uses both.
+  SlotStreamPolicy sendStream;
+  std::vector<char> scratch;
 };
 
 struct ExecContext {
@@ -36,6 +42,7 @@ struct ExecContext {
   int64_t spinCount = 2000;
   int64_t yieldMicros = 0;  // CHORUS_SPIN_YIELD_US
   int64_t streamBytes = 0;  // CHORUS_STREAM_BYTES: outputs this large bypass the caches
+  SlotStreamMode slotStream = SlotStreamMode::kAdaptive;  // CHORUS_SLOT_STREAM
 
   // How every wait of a collective polls: spin, yield the core, then sleep; bounded by the
   // timeout and the abort flag.

@@ -37,12 +37,14 @@ void checkAllGather(int rank, int nranks, ncclComm_t comm, ncclDataType_t type, 
   EXPECT_EQ(recv[block * nranks], 0xEE) << "wrote past the end of recvbuff";
 }
 
-using Config = std::tuple<RankMode, bool, int>;
+// (mode, socket, nranks, every send slot streamed)
+using Config = std::tuple<RankMode, bool, int, bool>;
 class AllGatherMatrix : public ::testing::TestWithParam<Config> {};
 
 TEST_P(AllGatherMatrix, BlocksArriveInPlace) {
   std::vector<std::string> env = {"CHORUS_BUFFSIZE=65536"};
   if (std::get<1>(GetParam())) env.push_back("CHORUS_SHM_DISABLE=1");
+  if (std::get<3>(GetParam())) env.push_back("CHORUS_SLOT_STREAM=1");
   chorus_test::runRanks(std::get<2>(GetParam()), std::get<0>(GetParam()), env,
                         [](int rank, int n, ncclComm_t& comm) {
                           for (ncclDataType_t t : {ncclInt8, ncclFloat16, ncclFloat, ncclUint64})
@@ -55,16 +57,23 @@ TEST_P(AllGatherMatrix, BlocksArriveInPlace) {
 std::string configName(const ::testing::TestParamInfo<Config>& info) {
   return std::string(chorus_test::modeName(std::get<0>(info.param))) +
          (std::get<1>(info.param) ? "_tcp_" : "_shm_") + std::to_string(std::get<2>(info.param)) +
-         "ranks";
+         "ranks" + (std::get<3>(info.param) ? "_streamedslots" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, AllGatherMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kThreads),
-                                            ::testing::Bool(), ::testing::Values(1, 2, 3, 7)),
+                                            ::testing::Bool(), ::testing::Values(1, 2, 3, 7),
+                                            ::testing::Values(false)),
                          configName);
 INSTANTIATE_TEST_SUITE_P(Processes, AllGatherMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kProcesses),
-                                            ::testing::Bool(), ::testing::Values(2, 4)),
+                                            ::testing::Bool(), ::testing::Values(2, 4),
+                                            ::testing::Values(false)),
                          configName);
+INSTANTIATE_TEST_SUITE_P(
+    StreamedSlots, AllGatherMatrix,
+    ::testing::Combine(::testing::Values(RankMode::kThreads, RankMode::kProcesses),
+                       ::testing::Values(false), ::testing::Values(2, 3), ::testing::Values(true)),
+    configName);
 
 }  // namespace

@@ -101,7 +101,11 @@ std::vector<std::string> configEnv(const Config& config) {
     env.push_back("CHORUS_SHM_DISABLE=1");
     env.push_back("CHORUS_SOCKET_NSTREAMS=3");
   }
-  if (algo == "channels") {
+  if (algo == "streamedslots") {
+    // The ring with every send slot written with streaming stores.
+    env.push_back("CHORUS_ALGO=ring");
+    env.push_back("CHORUS_SLOT_STREAM=1");
+  } else if (algo == "channels") {
     env.push_back("CHORUS_ALGO=ring");
     env.push_back("CHORUS_MIN_CHANNELS=3");
     env.push_back("CHORUS_MAX_CHANNELS=3");
@@ -237,6 +241,18 @@ INSTANTIATE_TEST_SUITE_P(ProcessesChannels, AllReduceMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kProcesses),
                                             ::testing::Bool(), ::testing::Values(3),
                                             ::testing::Values("channels")),
+                         configName);
+// The ring with every send slot written with streaming stores (the path taken where cached
+// stores measure slow): copies, reductions, PreMulSum scaling and Avg's final division.
+INSTANTIATE_TEST_SUITE_P(ThreadsStreamedSlots, AllReduceMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kThreads),
+                                            ::testing::Values(false), ::testing::Values(2, 3, 4),
+                                            ::testing::Values("streamedslots")),
+                         configName);
+INSTANTIATE_TEST_SUITE_P(ProcessesStreamedSlots, AllReduceMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kProcesses),
+                                            ::testing::Values(false), ::testing::Values(3),
+                                            ::testing::Values("streamedslots")),
                          configName);
 
 }  // namespace

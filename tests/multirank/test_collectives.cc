@@ -103,8 +103,9 @@ void checkBroadcast(int rank, ncclComm_t comm, size_t bytes, int root, bool inPl
   EXPECT_EQ(recv[bytes], 0xEE) << "wrote past the end";
 }
 
-// (mode, socket, nranks, channels): channels > 1 forces rings split across that many channels.
-using Config = std::tuple<RankMode, bool, int, int>;
+// (mode, socket, nranks, channels, streamed slots): channels > 1 forces rings split across that
+// many channels; streamed slots makes every send slot take streaming stores.
+using Config = std::tuple<RankMode, bool, int, int, bool>;
 class CollectiveMatrix : public ::testing::TestWithParam<Config> {
  protected:
   void run(const std::function<void(int, int, ncclComm_t&)>& body) {
@@ -119,6 +120,7 @@ class CollectiveMatrix : public ::testing::TestWithParam<Config> {
       env.push_back("CHORUS_MIN_CHANNELS=" + std::to_string(std::get<3>(GetParam())));
       env.push_back("CHORUS_MAX_CHANNELS=" + std::to_string(std::get<3>(GetParam())));
     }
+    if (std::get<4>(GetParam())) env.push_back("CHORUS_SLOT_STREAM=1");
     chorus_test::runRanks(std::get<2>(GetParam()), std::get<0>(GetParam()), env, body);
   }
 };
@@ -217,23 +219,36 @@ std::string configName(const ::testing::TestParamInfo<Config>& info) {
          (std::get<1>(info.param) ? "_tcp_" : "_shm_") + std::to_string(std::get<2>(info.param)) +
          "ranks" +
          (std::get<3>(info.param) > 1 ? "_" + std::to_string(std::get<3>(info.param)) + "channels"
-                                      : "");
+                                      : "") +
+         (std::get<4>(info.param) ? "_streamedslots" : "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, CollectiveMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kThreads),
                                             ::testing::Bool(), ::testing::Values(1, 2, 3, 5),
-                                            ::testing::Values(1)),
+                                            ::testing::Values(1), ::testing::Values(false)),
                          configName);
 INSTANTIATE_TEST_SUITE_P(ThreadsChannels, CollectiveMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kThreads),
                                             ::testing::Bool(), ::testing::Values(2, 3),
-                                            ::testing::Values(3)),
+                                            ::testing::Values(3), ::testing::Values(false)),
                          configName);
 INSTANTIATE_TEST_SUITE_P(Processes, CollectiveMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kProcesses),
                                             ::testing::Bool(), ::testing::Values(2, 4),
-                                            ::testing::Values(1, 2)),
+                                            ::testing::Values(1, 2), ::testing::Values(false)),
+                         configName);
+// Every send slot written with streaming stores (the path taken when cached stores measure
+// slow): steps that copy, reduce, scale and finalise into a streamed slot.
+INSTANTIATE_TEST_SUITE_P(ThreadsStreamedSlots, CollectiveMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kThreads),
+                                            ::testing::Values(false), ::testing::Values(2, 3),
+                                            ::testing::Values(1, 2), ::testing::Values(true)),
+                         configName);
+INSTANTIATE_TEST_SUITE_P(ProcessesStreamedSlots, CollectiveMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kProcesses),
+                                            ::testing::Values(false), ::testing::Values(4),
+                                            ::testing::Values(1), ::testing::Values(true)),
                          configName);
 
 }  // namespace

@@ -1,0 +1,75 @@
+// How a ring step writes its send slot. Cached stores are fastest while the receiver's core is
+// near (the line moves cache to cache); when it is far (another socket, or a virtual CPU the
+// hypervisor placed far away) every cached store to a line the receiver read last must first
+// take it back from that core, and streaming (non-temporal) stores, which skip that read, can
+// fill a slot several times faster. Placement changes while a job runs, so each channel
+// measures the steps it runs with either kind and uses the faster, trying the other every
+// kExplorePeriod-th large slot so that both figures stay current.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace chorus {
+
+// CHORUS_SLOT_STREAM: -1 chosen by measurement, 0 never streaming, 1 every slot streaming.
+enum class SlotStreamMode : int { kAdaptive = -1, kNever = 0, kAlways = 1 };
+
+// The choice for one kind of step (steps differ in how much they read and compute, so each kind
+// compares its own figures). Rates are moving averages, so a thread preempted in the middle of a
+// step skews them only briefly; switching needs a clear margin each way, so that two close
+// figures do not make it flip back and forth.
+class SlotStreamChooser {
+ public:
+  void record(bool streamed, size_t bytes, int64_t ns) {
+    const double rate = static_cast<double>(bytes) / static_cast<double>(ns > 0 ? ns : 1);
+    double& r = rate_[streamed ? 1 : 0];
+    r = r == 0 ? rate : r + (rate - r) * kWeight;
+    if (rate_[0] == 0 || rate_[1] == 0) return;
+    if (!preferStreamed_ && rate_[1] > rate_[0] * kEnterMargin) preferStreamed_ = true;
+    if (preferStreamed_ && rate_[1] < rate_[0] * kLeaveMargin) preferStreamed_ = false;
+  }
+  bool preferStreamed() const { return preferStreamed_; }
+  // Bytes per nanosecond (GB/s) of either kind so far; 0 before its first sample.
+  double rate(bool streamed) const { return rate_[streamed ? 1 : 0]; }
+
+ private:
+  static constexpr double kWeight = 0.25;
+  static constexpr double kEnterMargin = 1.5;
+  static constexpr double kLeaveMargin = 1.2;
+  double rate_[2] = {0, 0};
+  bool preferStreamed_ = false;
+};
+
+// The choices of one channel's send slots, by kind of step (a small index the executor gives).
+class SlotStreamPolicy {
+ public:
+  static constexpr int kStepKinds = 8;
+  // Slots smaller than this are latency-bound: always cached, never measured.
+  static constexpr size_t kMinBytes = 16 * 1024;
+  static constexpr uint32_t kExplorePeriod = 64;
+
+  // Whether the next slot, of `bytes` bytes, written by a step of kind `kind`, is streamed.
+  bool streamNext(SlotStreamMode mode, int kind, size_t bytes) {
+    if (mode == SlotStreamMode::kAlways) return bytes > 0;
+    if (mode == SlotStreamMode::kNever || bytes < kMinBytes) return false;
+    const bool prefer = choosers_[kind].preferStreamed();
+    // Counted per kind: kinds of step that take turns would otherwise leave one of them
+    // always on the same side of the period.
+    return ++largeSlots_[kind] % kExplorePeriod == 0 ? !prefer : prefer;
+  }
+  // Whether steps of this size are measured (record is then called for them).
+  static bool measured(SlotStreamMode mode, size_t bytes) {
+    return mode == SlotStreamMode::kAdaptive && bytes >= kMinBytes;
+  }
+  void record(int kind, bool streamed, size_t bytes, int64_t ns) {
+    choosers_[kind].record(streamed, bytes, ns);
+  }
+  const SlotStreamChooser& chooser(int kind) const { return choosers_[kind]; }
+
+ private:
+  SlotStreamChooser choosers_[kStepKinds];
+  uint32_t largeSlots_[kStepKinds] = {};  // slots of at least kMinBytes sent so far, by kind
+};
+
+}  // namespace chorus
