@@ -73,9 +73,10 @@ const std::vector<ParamDef> kParams = {
      "(0: never; -1: 16 MiB on Intel CPUs, never on others, where it measured slower)",
      false},
     {"SLOT_STREAM", ParamType::kInt, "-1",
-     "How senders write shared-memory FIFO slots: -1 as each receiver measures faster (cached "
-     "stores, or streaming stores that bypass the sender's caches, for a receiver on a distant "
-     "core), 0 always cached, 1 always streaming",
+     "How a rank writes what peers on its host read next (FIFO slots, direct all-reduce "
+     "buffers): -1 whichever measures faster, cached stores or streaming stores that bypass the "
+     "writer's caches (faster for a reader on a distant core); 0 always cached; 1 always "
+     "streaming",
      false},
     {"SPIN_YIELD_US", ParamType::kInt, "1000",
      "After spinning, microseconds a waiting thread keeps polling while yielding its core "

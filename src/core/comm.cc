@@ -517,6 +517,7 @@ Status Communicator::run(std::vector<HostWork>& works) {
   LaunchResources resources;
   resources.trees = treesConnected_ ? &trees_ : nullptr;
   resources.direct = direct_.get();
+  resources.directStores = &directStores_;
   resources.rd = rdConns_.empty() ? nullptr : &rdConns_;
   Status s = hostLaunch(exec_, works, resources);
   if (!s.isOk()) return explain(s);

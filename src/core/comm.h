@@ -124,9 +124,11 @@ class Communicator final : public ErrorSink {
   std::unique_ptr<ChannelWorkers> workers_;
   TreeLinks trees_;  // connected when the selector first picks the tree
   bool treesConnected_ = false;
-  std::unique_ptr<DirectRegion> direct_;  // made when a direct algorithm is first picked
-  std::vector<P2pConnection> p2pConns_;   // by peer; connectors built on first use
-  std::vector<P2pConnection> rdConns_;    // by peer: recursive-doubling partners, on first use
+  std::unique_ptr<DirectRegion> direct_;
+  SlotStreamPolicy directStores_;  // how this rank writes direct_'s buffers  // made when a direct
+                                   // algorithm is first picked
+  std::vector<P2pConnection> p2pConns_;  // by peer; connectors built on first use
+  std::vector<P2pConnection> rdConns_;   // by peer: recursive-doubling partners, on first use
   ExecContext exec_;
 
   std::vector<UserRedOp> userOps_;

@@ -1,8 +1,10 @@
 #include "exec/host_direct.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "algorithms/direct_allreduce.h"
+#include "exec/stream_copy.h"
 
 namespace chorus {
 
@@ -13,9 +15,11 @@ namespace {
 // one reduce-copy pass per staged operand.
 class HostDirectPrims {
  public:
-  HostDirectPrims(const ExecContext& ctx, DirectRegion& region, const CollArgs& args)
+  HostDirectPrims(const ExecContext& ctx, DirectRegion& region, const CollArgs& args,
+                  SlotStreamPolicy& stores)
       : ctx_(ctx),
         region_(region),
+        stores_(stores),
         input_(static_cast<const char*>(args.sendbuff)),
         output_(static_cast<char*>(args.recvbuff)),
         eltSize_(dataTypeSize(args.type)),
@@ -34,8 +38,15 @@ class HostDirectPrims {
     chunkIn_ = in;
     // The buffers of sequence - 2 are free: see direct_region.h.
     char* staged = region_.staged(ctx_.rank, slot_, chunkBytes_);
-    stageRange(staged, in, 0, skip < n ? skip : n);
-    if (skip + skipLen < n) stageRange(staged, in, skip + skipLen, n - skip - skipLen);
+    // Peers read the staged chunk: cached or streaming stores, as measured (slot_stream.h).
+    // A PreMulSum chunk is scaled on the way, by the reduction kernel, which stores cached.
+    const bool scaled = op_.kind == RedKind::kPreMulSum;
+    const bool stream = !scaled && stores_.streamNext(ctx_.slotStream, kStageStores, chunkBytes_);
+    const bool timed = !scaled && SlotStreamPolicy::measured(ctx_.slotStream, chunkBytes_);
+    const Clock::time_point start = timed ? Clock::now() : Clock::time_point();
+    stageRange(staged, in, 0, skip < n ? skip : n, stream);
+    if (skip + skipLen < n) stageRange(staged, in, skip + skipLen, n - skip - skipLen, stream);
+    if (timed) stores_.record(kStageStores, stream, chunkBytes_, elapsedNs(start));
     storeCounter(DirectCounterKind::kStaged);
     return true;
   }
@@ -58,8 +69,27 @@ class HostDirectPrims {
     if (!own && !wait(peer, DirectCounterKind::kStaged, sequence_, "stage its input")) return false;
     const char* src = own ? input_ + (chunkIn_ + from) * eltSize_
                           : region_.staged(peer, slot_, chunkBytes_) + from * eltSize_;
-    reduceInto(region_.result(ctx_.rank, slot_) + from * eltSize_,
-               last ? output_ + out * eltSize_ : nullptr, src, n, first, last, own);
+    char* result = region_.result(ctx_.rank, slot_) + from * eltSize_;
+    if (!last) {
+      reduceInto(result, nullptr, src, n, first, last, own);
+      return true;
+    }
+    // The finished share goes to the output and to the result buffer the peers copy from, the
+    // latter with cached or streaming stores as measured; streamed, it is computed into the
+    // output and streamed from there.
+    const size_t bytes = n * eltSize_;
+    const bool stream = stores_.streamNext(ctx_.slotStream, kResultStores, bytes);
+    const bool timed = SlotStreamPolicy::measured(ctx_.slotStream, bytes);
+    const Clock::time_point start = timed ? Clock::now() : Clock::time_point();
+    char* output = output_ + out * eltSize_;
+    if (stream) {
+      // The partial so far is in the result buffer (or deferred), never in the output.
+      reduceInto(output, nullptr, src, n, first, last, own, result);
+      streamCopy(result, output, bytes);
+    } else {
+      reduceInto(result, output, src, n, first, last, own);
+    }
+    if (timed) stores_.record(kResultStores, stream, bytes, elapsedNs(start));
     return true;
   }
 
@@ -94,8 +124,9 @@ class HostDirectPrims {
   const Status& status() const { return status_; }
 
  private:
-  // input[in+from, +n) -> staged[from, +n), scaled by this rank's PreMulSum scalar.
-  void stageRange(char* staged, size_t in, size_t from, size_t n) {
+  // input[in+from, +n) -> staged[from, +n), scaled by this rank's PreMulSum scalar; a plain
+  // copy with streaming stores when `stream`.
+  void stageRange(char* staged, size_t in, size_t from, size_t n, bool stream) {
     if (n == 0) return;
     if (op_.kind == RedKind::kPreMulSum) {
       ReduceCopyArgs a;
@@ -105,24 +136,31 @@ class HostDirectPrims {
       a.type = type_;
       a.op = &op_;
       reduceCopy(a);
+    } else if (stream) {
+      streamCopy(staged + from * eltSize_, input_ + (in + from) * eltSize_, n * eltSize_);
     } else {
       memcpy(staged + from * eltSize_, input_ + (in + from) * eltSize_, n * eltSize_);
     }
+  }
+
+  static int64_t elapsedNs(Clock::time_point start) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
   }
 
   // dst = first ? op(src) : dst (op) src, finalised when last, also written to dst1 when given.
   // A deferred first operand becomes the `peer` of the next pass: same operands, same order,
   // same bits, one pass less. An unscaled operand (this rank's own input) takes the full op, so
   // PreMulSum scales it; it is never deferred, since a deferred operand is not scaled.
+  // The running result is read from `partial` (default: dst) unless deferred.
   void reduceInto(char* dst, char* dst1, const char* src, size_t n, bool first, bool last,
-                  bool unscaled) {
+                  bool unscaled, const char* partial = nullptr) {
     const bool scale = unscaled && op_.kind == RedKind::kPreMulSum;
     if (first && !last && !scale) {
       pending_ = src;
       return;
     }
     ReduceCopyArgs a;
-    a.peer = first ? nullptr : (pending_ != nullptr ? pending_ : dst);
+    a.peer = first ? nullptr : (pending_ != nullptr ? pending_ : (partial ? partial : dst));
     a.local = src;
     a.dst0 = dst;
     a.dst1 = dst1;
@@ -165,8 +203,13 @@ class HostDirectPrims {
     return false;
   }
 
+  // The kinds of write stores_ chooses for.
+  static constexpr int kStageStores = 0;
+  static constexpr int kResultStores = 1;
+
   const ExecContext& ctx_;
   DirectRegion& region_;
+  SlotStreamPolicy& stores_;
   const char* input_;
   char* output_;
   size_t eltSize_;
@@ -187,7 +230,7 @@ class HostDirectPrims {
 }  // namespace
 
 Status hostAllReduceDirect(const ExecContext& ctx, const CollArgs& args, DirectRegion& region,
-                           bool twoShot) {
+                           bool twoShot, SlotStreamPolicy& stores) {
   if (args.count == 0) return Status::ok();
   if (ctx.nranks == 1) {
     hostLocal(Collective::kAllReduce, args);
@@ -208,7 +251,7 @@ Status hostAllReduceDirect(const ExecContext& ctx, const CollArgs& args, DirectR
   if (eltSize == 0)
     return invalidArgument("rank %d: ncclAllReduce (direct all-reduce): unknown data type %d",
                            ctx.rank, static_cast<int>(args.type));
-  HostDirectPrims prims(ctx, region, args);
+  HostDirectPrims prims(ctx, region, args, stores);
   DirectAllReduceShape shape{};
   shape.count = args.count;
   shape.chunkElems = region.bufferBytes() / eltSize;

@@ -12,7 +12,9 @@ namespace chorus {
 // belong to this communicator (ctx.rank and ctx.nranks); any sequence of calls, modes and sizes
 // may share it as long as every rank makes the same calls. Uses ctx.timeoutSeconds, ctx.abort
 // and ctx.spinCount for every wait; a failure leaves the region unusable (later calls fail).
+// stores chooses, and learns, how this rank writes the buffers its peers read (staged chunks,
+// two-shot results; see slot_stream.h); it lives as long as the region.
 Status hostAllReduceDirect(const ExecContext& ctx, const CollArgs& args, DirectRegion& region,
-                           bool twoShot);
+                           bool twoShot, SlotStreamPolicy& stores);
 
 }  // namespace chorus

@@ -45,9 +45,10 @@ Status runWork(const ExecContext& ctx, const HostWork& w, int channel,
     case Algorithm::kOneShot:
     case Algorithm::kTwoShot:
       if (channel != 0) return Status::ok();
-      if (resources.direct == nullptr)
+      if (resources.direct == nullptr || resources.directStores == nullptr)
         return internalError("direct all-reduce without a shared region");
-      return hostAllReduceDirect(ctx, w.args, *resources.direct, w.algo == Algorithm::kTwoShot);
+      return hostAllReduceDirect(ctx, w.args, *resources.direct, w.algo == Algorithm::kTwoShot,
+                                 *resources.directStores);
     case Algorithm::kRd:
       if (channel != 0) return Status::ok();
       if (resources.rd == nullptr)

@@ -26,6 +26,7 @@ struct HostWork {
 struct LaunchResources {
   TreeLinks* trees = nullptr;
   DirectRegion* direct = nullptr;
+  SlotStreamPolicy* directStores = nullptr;  // how this rank writes the region's buffers
   std::vector<P2pConnection>* rd = nullptr;  // by peer: the recursive-doubling partners
 };
 

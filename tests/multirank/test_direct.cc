@@ -49,6 +49,7 @@ struct RankEnv {
   DirectRegion* region = nullptr;
   AbortFlag abort;
   ExecContext ctx;
+  SlotStreamPolicy stores;
 };
 using Body = std::function<void(RankEnv&)>;
 
@@ -183,7 +184,7 @@ void checkCase(RankEnv& e, ncclDataType_t type, Op op, size_t count, bool inPlac
   args.op.nranks = e.nranks;
   if (op == kPreMulSum) chorus_test::storeExact(args.op.scalar, 0, type, 2.0);
   const char* what = twoShot ? "two-shot" : "one-shot";
-  Status s = hostAllReduceDirect(e.ctx, args, *e.region, twoShot);
+  Status s = hostAllReduceDirect(e.ctx, args, *e.region, twoShot, e.stores);
   ASSERT_TRUE(s.isOk()) << s.message();
   size_t wrong = 0;
   for (size_t i = 0; i < count; ++i) {
@@ -254,6 +255,16 @@ TEST_P(DirectMatrix, ThreadsMixedModesAndSizesBackToBack) {
   runThreads(GetParam(), kSmallBuffer, [](RankEnv& e) { mixedCallsBackToBack(e, 300); });
 }
 
+// Staged chunks and two-shot results written with streaming stores (as where cached stores
+// measure slow), for every type, op and placement, and in mixed calls.
+TEST_P(DirectMatrix, ThreadsStreamedStores) {
+  runThreads(GetParam(), kSmallBuffer, [](RankEnv& e) {
+    e.ctx.slotStream = SlotStreamMode::kAlways;
+    everyTypeOpCountAndPlacement(e);
+    mixedCallsBackToBack(e, 100);
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Ranks, DirectMatrix, ::testing::Values(1, 2, 3, 4, 8),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return std::to_string(info.param) + "ranks";
@@ -311,7 +322,7 @@ TEST(Direct, RanksAgreeBitwiseWhenRoundingDependsOnOrder) {
           args.type = static_cast<DataType>(type);
           args.op.kind = kind;
           args.op.nranks = e.nranks;
-          ASSERT_TRUE(hostAllReduceDirect(e.ctx, args, *e.region, twoShot).isOk());
+          ASSERT_TRUE(hostAllReduceDirect(e.ctx, args, *e.region, twoShot, e.stores).isOk());
           digest = checksum(out.data(), out.size(), digest);
         }
     expectSameDigest(e, digest, "inexact floating-point sums");
@@ -370,12 +381,12 @@ TEST(Direct, TimeoutNamesThePeerThatNeverCame) {
       args.recvbuff = buf.data();
       args.count = buf.size();
       args.op.nranks = 2;
-      Status s = hostAllReduceDirect(e.ctx, args, *e.region, false);
+      Status s = hostAllReduceDirect(e.ctx, args, *e.region, false, e.stores);
       EXPECT_EQ(s.code(), Code::kRemoteError);
       EXPECT_NE(s.message().find("waiting for rank 1"), std::string::npos) << s.message();
       EXPECT_NE(s.message().find("direct all-reduce"), std::string::npos) << s.message();
       // The ranks are out of step now: the region refuses further calls.
-      Status again = hostAllReduceDirect(e.ctx, args, *e.region, true);
+      Status again = hostAllReduceDirect(e.ctx, args, *e.region, true, e.stores);
       EXPECT_FALSE(again.isOk());
       EXPECT_NE(again.message().find("out of step"), std::string::npos) << again.message();
     }
@@ -393,7 +404,7 @@ TEST(Direct, AbortInterruptsTheWait) {
       args.recvbuff = buf.data();
       args.count = buf.size();
       args.type = DataType::kInt32;
-      Status s = hostAllReduceDirect(e.ctx, args, *e.region, true);
+      Status s = hostAllReduceDirect(e.ctx, args, *e.region, true, e.stores);
       EXPECT_EQ(s.code(), Code::kInvalidUsage);
       EXPECT_NE(s.message().find("aborted"), std::string::npos) << s.message();
     }
@@ -414,7 +425,7 @@ TEST(Direct, SmallMessageLoopTime) {
       const int iterations = 2000;
       auto start = std::chrono::steady_clock::now();
       for (int i = 0; i < iterations; ++i)
-        ASSERT_TRUE(hostAllReduceDirect(e.ctx, args, *e.region, twoShot).isOk());
+        ASSERT_TRUE(hostAllReduceDirect(e.ctx, args, *e.region, twoShot, e.stores).isOk());
       double us =
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
               .count() /
