@@ -53,6 +53,10 @@ NCCL_ALGO=ringg timeout 120 "$run" -n 2 "$perf" -b 8 -e 8 > "$tmp/badinit.txt" 2
 status=$?
 check "NCCL_ALGO=ringg fails the run (exit $status) naming NCCL_ALGO" \
   $([ $status -ne 0 ] && grep -q 'NCCL_ALGO=ringg' "$tmp/badinit.txt"; echo $?)
+CHORUS_SLOT_STREAM=2 timeout 120 "$run" -n 2 "$perf" -b 8 -e 8 > "$tmp/badstream.txt" 2>&1
+status=$?
+check "CHORUS_SLOT_STREAM=2 fails the run (exit $status) naming the variable" \
+  $([ $status -ne 0 ] && grep -q 'CHORUS_SLOT_STREAM=2 is not -1' "$tmp/badstream.txt"; echo $?)
 
 # chorus-topo --comm: the matrices, the ring and both trees of a 3-rank communicator.
 timeout 120 "$run" -n 3 "$topo" --comm > "$tmp/topo.txt" 2>&1
