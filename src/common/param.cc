@@ -70,7 +70,7 @@ const std::vector<ParamDef> kParams = {
      false},
     {"STREAM_BYTES", ParamType::kInt, "-1",
      "Ring collectives whose output is at least this large write it with non-temporal stores "
-     "(0: never; -1: 16 MiB on Intel CPUs, never on others, where it measured slower)",
+     "(0: never; -1: half the last-level cache, at least 4 MiB)",
      false},
     {"SLOT_STREAM", ParamType::kInt, "-1",
      "How a rank writes what peers on its host read next (FIFO slots, direct all-reduce "

@@ -234,9 +234,21 @@ Status Communicator::init(const UniqueIdInfo& id) {
   exec_.spinCount = spinCount_;
   exec_.yieldMicros = paramInt("SPIN_YIELD_US");
   exec_.streamBytes = paramInt("STREAM_BYTES");
-  if (exec_.streamBytes < 0) exec_.streamBytes = defaultStreamBytes();
-  LOG_INFO(kSubsysInit, "rank %d of %d ready (%s memory, comm %s)", rank_, nranks_,
-           options_.host ? "host" : "device", transportCtx_.commTag.c_str());
+  if (exec_.streamBytes < 0) {
+    // The largest cache of the highest level this host reports.
+    int level = 0;
+    uint64_t llc = 0;
+    for (const CacheSummary& c : topo.value()->caches)
+      if (c.level > level || (c.level == level && c.sizeBytes > llc)) {
+        level = c.level;
+        llc = c.sizeBytes;
+      }
+    exec_.streamBytes = defaultStreamBytes(llc);
+  }
+  LOG_INFO(kSubsysInit,
+           "rank %d of %d ready (%s memory, comm %s; ring outputs from %lld B streamed)", rank_,
+           nranks_, options_.host ? "host" : "device", transportCtx_.commTag.c_str(),
+           static_cast<long long>(exec_.streamBytes));
   return Status::ok();
 }
 

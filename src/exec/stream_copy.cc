@@ -4,7 +4,6 @@
 #include <cstring>
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <emmintrin.h>
 #endif
 
@@ -39,19 +38,11 @@ void streamCopy(void* dst, const void* src, size_t bytes) {
 #endif
 }
 
-long long defaultStreamBytes() {
-#if defined(__x86_64__)
-  unsigned eax, ebx, ecx, edx;
-  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx)) {
-    char vendor[13];
-    memcpy(vendor, &ebx, 4);
-    memcpy(vendor + 4, &edx, 4);
-    memcpy(vendor + 8, &ecx, 4);
-    vendor[12] = '\0';
-    if (strcmp(vendor, "GenuineIntel") == 0) return 16ll << 20;
-  }
-#endif
-  return 0;
+long long defaultStreamBytes(unsigned long long lastLevelCacheBytes) {
+  constexpr long long kFloor = 4ll << 20;
+  if (lastLevelCacheBytes == 0) return 16ll << 20;
+  const long long half = static_cast<long long>(lastLevelCacheBytes / 2);
+  return half > kFloor ? half : kFloor;
 }
 
 }  // namespace chorus

@@ -12,8 +12,8 @@ namespace chorus {
 void streamCopy(void* dst, const void* src, size_t bytes);
 
 // The output size from which ring collectives stream their outputs when CHORUS_STREAM_BYTES is
-// left to choose (-1): 16 MiB on Intel CPUs, where it measured faster for out-of-place
-// all-reduce; 0 (never) elsewhere: on an AMD EPYC (Zen 5) it measured 30% slower.
-long long defaultStreamBytes();
+// left to choose (-1): half the last-level cache (lastLevelCacheBytes; 16 MiB when unknown),
+// where an output stops fitting beside the data still in flight, and at least 4 MiB.
+long long defaultStreamBytes(unsigned long long lastLevelCacheBytes);
 
 }  // namespace chorus

@@ -27,5 +27,14 @@ TEST(StreamCopy, MatchesMemcpyForEveryAlignmentAndLength) {
       }
 }
 
+// Outputs stream from half the last-level cache on, never below 4 MiB, 16 MiB when the cache
+// is unknown.
+TEST(StreamCopy, DefaultThresholdFollowsTheLastLevelCache) {
+  EXPECT_EQ(defaultStreamBytes(32ull << 20), 16ll << 20);
+  EXPECT_EQ(defaultStreamBytes(105ull << 20), (105ll << 20) / 2);
+  EXPECT_EQ(defaultStreamBytes(2ull << 20), 4ll << 20);
+  EXPECT_EQ(defaultStreamBytes(0), 16ll << 20);
+}
+
 }  // namespace
 }  // namespace chorus
