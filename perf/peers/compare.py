@@ -79,7 +79,8 @@ def parse_args(argv):
     p.add_argument("--root", type=int, default=0, help="broadcast root")
     p.add_argument("--time-below", type=parse_size, default=64 << 10,
                    help="also tabulate median times for sizes up to this (default 64K)")
-    p.add_argument("--no-bound", action="store_true", help="skip the memcpy reference")
+    p.add_argument("--no-bound", action="store_true",
+                   help="skip the references (memcpy bound, barrier floor)")
     p.add_argument("--bound-size", type=parse_size, default=256 << 20,
                    help="buffer each memcpy process copies (default 256M)")
     p.add_argument("--build", default=os.path.join(REPO, "build"),
@@ -221,11 +222,16 @@ class Runner:
         exe = os.path.join(self.a.peers_build, "memcpy_bound")
         return [exe, "-p", str(self.a.nranks), "-s", str(self.a.bound_size), "-r", "3", "-k", "2"]
 
+    def floor_command(self):
+        exe = os.path.join(self.a.peers_build, "barrier_floor")
+        return [exe, "-p", str(self.a.nranks), "-n", "20000", "-r", "5"]
+
 
 # ---- building the peers' benchmarks ---------------------------------------------------------
 
 def build_peers(a, libs):
-    """Compiles mpi_bench with each MPI's wrapper and memcpy_bound, when missing or stale."""
+    """Compiles mpi_bench with each MPI's wrapper, memcpy_bound and barrier_floor, when missing
+    or stale."""
     os.makedirs(a.peers_build, exist_ok=True)
     jobs = []
     mpi_src = os.path.join(HERE, "mpi_bench.c")
@@ -238,6 +244,9 @@ def build_peers(a, libs):
         src = os.path.join(HERE, "memcpy_bound.c")
         out = os.path.join(a.peers_build, "memcpy_bound")
         jobs.append(("bound", ["cc", "-O2", "-std=c11", "-pthread", "-o", out, src], src, out))
+        src = os.path.join(HERE, "barrier_floor.c")
+        out = os.path.join(a.peers_build, "barrier_floor")
+        jobs.append(("bound", ["cc", "-O2", "-std=c11", "-o", out, src], src, out))
     unavailable = {}
     for name, cmd, src, out in jobs:
         if os.path.exists(out) and os.path.getmtime(out) >= os.path.getmtime(src):
@@ -320,7 +329,8 @@ def measure(a, libs):
     log_dir = a.log_dir or os.path.join(a.peers_build, "logs", f"{a.coll}-{stamp}")
     if not a.dry_run:
         os.makedirs(log_dir, exist_ok=True)
-    res = {"runs": {lib: {} for lib in libs}, "bound": [], "failures": [], "versions": {},
+    res = {"runs": {lib: {} for lib in libs}, "bound": [], "floor": [], "failures": [],
+           "versions": {},
            "unsupported": {}, "seconds": {lib: 0.0 for lib in libs + ["bound"]},
            "plan": plan, "log_dir": log_dir, "load_before": read_loadavg()}
     for r in range(a.rounds):
@@ -338,6 +348,18 @@ def measure(a, libs):
                     res["bound"].append({k: float(v) for k, v in vals.items()})
                 else:
                     res["failures"].append(f"round {r} memcpy_bound: status {status}")
+            cmd = runner.floor_command()
+            if a.dry_run:
+                print(" ".join(shlex.quote(c) for c in cmd))
+            else:
+                status, out, sec = run_one(cmd, {}, a.timeout,
+                                           os.path.join(log_dir, f"r{r}-floor.log"))
+                res["seconds"]["bound"] += sec
+                vals = dict(l.split()[:2] for l in out.splitlines() if l.startswith("barrier_us "))
+                if status == 0 and "barrier_us" in vals:
+                    res["floor"].append(float(vals["barrier_us"]))
+                else:
+                    res["failures"].append(f"round {r} barrier_floor: status {status}")
         for bi, band in enumerate(plan):
             for lib in libs:
                 if lib in res["unsupported"]:
@@ -469,6 +491,13 @@ def report(a, res, libs, table):
         for row in small:
             lines.append(f"| {human(row['size'])} | " +
                          " | ".join(fmt(row["time"].get(l)) for l in libs) + " |")
+        if res["floor"]:
+            lines += ["", f"Latency floor: {a.nranks} processes passing a bare shared-memory "
+                      f"barrier (perf/peers/barrier_floor.c: a store, then polls of every peer's "
+                      f"line, yielding the core after a few) take "
+                      f"**{statistics.median(res['floor']):.2f} us** a round (rounds: "
+                      f"{min(res['floor']):.2f}-{max(res['floor']):.2f}); a small all-reduce "
+                      f"needs at least that exchange."]
     ratios = [row["ratio"] for row in table if row["ratio"] is not None]
     big = [row["ratio"] for row in table if row["ratio"] is not None and row["size"] >= 1 << 20]
     lines.append("")
