@@ -33,10 +33,12 @@ constexpr size_t kDirectInlineBytes = 24;
 
 struct DirectCounter {
   alignas(kCacheLine) std::atomic<uint64_t> value;
-  std::atomic<uint32_t> sleepers;
   // Chunks this small travel in the counter's own cache line (one per sequence parity), so a
   // reader's one miss on the counter brings the data along.
   alignas(8) unsigned char inlineData[2][kDirectInlineBytes];
+  // On a line of its own: the owner looks at it after every call, and on the line the peers
+  // poll that look cost 0.03 us of a 0.25 us two-rank call (measured).
+  alignas(kCacheLine) std::atomic<uint32_t> sleepers;
 
   // Stores a new value (release: everything written before is visible to whoever sees it) and
   // wakes sleepers.
@@ -51,7 +53,9 @@ struct DirectCounter {
   void wake() { wakeSleepers(value, sleepers); }
 };
 
-static_assert(sizeof(DirectCounter) == kCacheLine, "a counter and its inline data fill one line");
+static_assert(offsetof(DirectCounter, sleepers) == kCacheLine &&
+                  sizeof(DirectCounter) == 2 * kCacheLine,
+              "a counter and its inline data fill one line, the sleepers flag the next");
 static_assert(std::atomic<uint64_t>::is_always_lock_free &&
                   std::atomic<uint32_t>::is_always_lock_free,
               "counters shared between processes must be lock-free");
