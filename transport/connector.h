@@ -105,10 +105,12 @@ constexpr size_t kCacheLine = 64;
 
 // Shared layout at the start of the FIFO memory; slot data follows at dataOffset().
 struct FifoHeader {
-  alignas(kCacheLine) std::atomic<uint64_t> tail;  // slots published by the sender
-  std::atomic<uint32_t> tailSleepers;              // receivers asleep waiting for tail
-  alignas(kCacheLine) std::atomic<uint64_t> head;  // slots released by the receiver
-  std::atomic<uint32_t> headSleepers;              // senders asleep waiting for head
+  // Each counter and each sleepers flag on a line of its own: the writer of a counter looks at
+  // its flag after every store, which on the line the other end polls costs a miss.
+  alignas(kCacheLine) std::atomic<uint64_t> tail;          // slots published by the sender
+  alignas(kCacheLine) std::atomic<uint32_t> tailSleepers;  // receivers asleep waiting for tail
+  alignas(kCacheLine) std::atomic<uint64_t> head;          // slots released by the receiver
+  alignas(kCacheLine) std::atomic<uint32_t> headSleepers;  // senders asleep waiting for head
   alignas(kCacheLine) uint32_t nslots;
   uint32_t slotBytes;
   uint64_t magic;
