@@ -1,6 +1,5 @@
 #include "exec/host_direct.h"
 
-#include <chrono>
 #include <cstring>
 
 #include "algorithms/direct_allreduce.h"
@@ -43,10 +42,12 @@ class HostDirectPrims {
     const bool scaled = op_.kind == RedKind::kPreMulSum;
     const bool stream = !scaled && stores_.streamNext(ctx_.slotStream, kStageStores, chunkBytes_);
     const bool timed = !scaled && SlotStreamPolicy::measured(ctx_.slotStream, chunkBytes_);
-    const Clock::time_point start = timed ? Clock::now() : Clock::time_point();
+    const uint64_t start = timed ? slotStreamTicks() : 0;
     stageRange(staged, in, 0, skip < n ? skip : n, stream);
     if (skip + skipLen < n) stageRange(staged, in, skip + skipLen, n - skip - skipLen, stream);
-    if (timed) stores_.record(kStageStores, stream, chunkBytes_, elapsedNs(start));
+    if (timed)
+      stores_.record(kStageStores, stream, chunkBytes_,
+                     static_cast<int64_t>(slotStreamTicks() - start));
     storeCounter(DirectCounterKind::kStaged);
     return true;
   }
@@ -80,7 +81,7 @@ class HostDirectPrims {
     const size_t bytes = n * eltSize_;
     const bool stream = stores_.streamNext(ctx_.slotStream, kResultStores, bytes);
     const bool timed = SlotStreamPolicy::measured(ctx_.slotStream, bytes);
-    const Clock::time_point start = timed ? Clock::now() : Clock::time_point();
+    const uint64_t start = timed ? slotStreamTicks() : 0;
     char* output = output_ + out * eltSize_;
     if (stream) {
       // The partial so far is in the result buffer (or deferred), never in the output.
@@ -89,7 +90,8 @@ class HostDirectPrims {
     } else {
       reduceInto(result, output, src, n, first, last, own);
     }
-    if (timed) stores_.record(kResultStores, stream, bytes, elapsedNs(start));
+    if (timed)
+      stores_.record(kResultStores, stream, bytes, static_cast<int64_t>(slotStreamTicks() - start));
     return true;
   }
 
@@ -141,10 +143,6 @@ class HostDirectPrims {
     } else {
       memcpy(staged + from * eltSize_, input_ + (in + from) * eltSize_, n * eltSize_);
     }
-  }
-
-  static int64_t elapsedNs(Clock::time_point start) {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
   }
 
   // dst = first ? op(src) : dst (op) src, finalised when last, also written to dst1 when given.

@@ -1,7 +1,6 @@
 #include "exec/host_executor.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 
 #include "algorithms/ring_allgather.h"
@@ -79,7 +78,7 @@ class HostRingPrims {
     const int kind = (useLocal ? 1 : 0) | (useRecv ? 2 : 0) | (writeOutput ? 4 : 0);
     const bool streamSlot = useSend && ch_.sendStream.streamNext(ctx_.slotStream, kind, bytes);
     const bool timed = useSend && SlotStreamPolicy::measured(ctx_.slotStream, bytes);
-    const Clock::time_point start = timed ? Clock::now() : Clock::time_point();
+    const uint64_t start = timed ? slotStreamTicks() : 0;
     if (n > 0 && streamSlot) {
       stepStreamingSlot(recvSlot, useLocal ? input_ + in * eltSize_ : nullptr, output, sendSlot, n,
                         (flags & kFinal) != 0);
@@ -103,9 +102,8 @@ class HostRingPrims {
       if (streamAfter) streamCopy(output, sendSlot, bytes);
     }
     if (timed)
-      ch_.sendStream.record(
-          kind, streamSlot, bytes,
-          std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count());
+      ch_.sendStream.record(kind, streamSlot, bytes,
+                            static_cast<int64_t>(slotStreamTicks() - start));
     if (useSend) ch_.send.post(bytes);
     if (useRecv) ch_.recv.release();
     return true;
