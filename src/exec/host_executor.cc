@@ -74,10 +74,16 @@ class HostRingPrims {
       if (sendSlot == nullptr) return fail(failure, ch_.nextRank, ch_.sendTransport, false);
     }
     char* output = writeOutput ? output_ + out * eltSize_ : nullptr;
-    // Steps that fill a send slot pick and measure the kind of store (see slot_stream.h).
+    // Steps that fill a send slot pick and measure the kind of store (see slot_stream.h). Only
+    // for a peer's core reading the slot from shared memory: a network FIFO's slots are read
+    // by this process's own send calls, so they stay cached unless streaming is forced.
     const int kind = (useLocal ? 1 : 0) | (useRecv ? 2 : 0) | (writeOutput ? 4 : 0);
-    const bool streamSlot = useSend && ch_.sendStream.streamNext(ctx_.slotStream, kind, bytes);
-    const bool timed = useSend && SlotStreamPolicy::measured(ctx_.slotStream, bytes);
+    const SlotStreamMode mode =
+        ch_.send.proxy() != nullptr && ctx_.slotStream == SlotStreamMode::kAdaptive
+            ? SlotStreamMode::kNever
+            : ctx_.slotStream;
+    const bool streamSlot = useSend && ch_.sendStream.streamNext(mode, kind, bytes);
+    const bool timed = useSend && SlotStreamPolicy::measured(mode, bytes);
     const uint64_t start = timed ? slotStreamTicks() : 0;
     if (n > 0 && streamSlot) {
       stepStreamingSlot(recvSlot, useLocal ? input_ + in * eltSize_ : nullptr, output, sendSlot, n,
