@@ -11,6 +11,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -322,6 +323,25 @@ def read_loadavg():
         return "?"
 
 
+def run_reference(a, res, cmd, name, log_path, r):
+    """Runs one of the reference programs; returns its "key value" result lines as floats, or
+    None (dry run, or failed: then noted in res["failures"])."""
+    if a.dry_run:
+        print(" ".join(shlex.quote(c) for c in cmd))
+        return None
+    status, out, sec = run_one(cmd, {}, a.timeout, log_path)
+    res["seconds"]["bound"] += sec
+    vals = {}
+    for line in out.splitlines():
+        m = re.match(r"^([A-Za-z_]+) ([-0-9.]+)$", line.strip())
+        if m:
+            vals[m.group(1)] = float(m.group(2))
+    if status != 0 or not vals:
+        res["failures"].append(f"round {r} {name}: status {status}")
+        return None
+    return vals
+
+
 def measure(a, libs):
     runner = Runner(a)
     plan = bands(a)
@@ -335,31 +355,14 @@ def measure(a, libs):
            "plan": plan, "log_dir": log_dir, "load_before": read_loadavg()}
     for r in range(a.rounds):
         if not a.no_bound:
-            cmd = runner.bound_command()
-            if a.dry_run:
-                print(" ".join(shlex.quote(c) for c in cmd))
-            else:
-                status, out, sec = run_one(cmd, {}, a.timeout,
-                                           os.path.join(log_dir, f"r{r}-bound.log"))
-                res["seconds"]["bound"] += sec
-                vals = dict(l.split()[:2] for l in out.splitlines()
-                            if l.endswith(tuple("0123456789")) and "_GBps" in l)
-                if status == 0 and "bound_busbw_GBps" in vals:
-                    res["bound"].append({k: float(v) for k, v in vals.items()})
-                else:
-                    res["failures"].append(f"round {r} memcpy_bound: status {status}")
-            cmd = runner.floor_command()
-            if a.dry_run:
-                print(" ".join(shlex.quote(c) for c in cmd))
-            else:
-                status, out, sec = run_one(cmd, {}, a.timeout,
-                                           os.path.join(log_dir, f"r{r}-floor.log"))
-                res["seconds"]["bound"] += sec
-                vals = dict(l.split()[:2] for l in out.splitlines() if l.startswith("barrier_us "))
-                if status == 0 and "barrier_us" in vals:
-                    res["floor"].append(float(vals["barrier_us"]))
-                else:
-                    res["failures"].append(f"round {r} barrier_floor: status {status}")
+            vals = run_reference(a, res, runner.bound_command(), "memcpy_bound",
+                                 os.path.join(log_dir, f"r{r}-bound.log"), r)
+            if vals is not None and "bound_busbw_GBps" in vals:
+                res["bound"].append({k: v for k, v in vals.items() if k.endswith("_GBps")})
+            vals = run_reference(a, res, runner.floor_command(), "barrier_floor",
+                                 os.path.join(log_dir, f"r{r}-floor.log"), r)
+            if vals is not None and "barrier_us" in vals:
+                res["floor"].append(vals["barrier_us"])
         for bi, band in enumerate(plan):
             for lib in libs:
                 if lib in res["unsupported"]:
