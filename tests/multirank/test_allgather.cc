@@ -70,10 +70,11 @@ INSTANTIATE_TEST_SUITE_P(Processes, AllGatherMatrix,
                                             ::testing::Bool(), ::testing::Values(2, 4),
                                             ::testing::Values(false)),
                          configName);
+// Every send slot streamed, also into the FIFOs a socket connector's proxy sends from.
 INSTANTIATE_TEST_SUITE_P(
     StreamedSlots, AllGatherMatrix,
     ::testing::Combine(::testing::Values(RankMode::kThreads, RankMode::kProcesses),
-                       ::testing::Values(false), ::testing::Values(2, 3), ::testing::Values(true)),
+                       ::testing::Bool(), ::testing::Values(2, 3), ::testing::Values(true)),
     configName);
 
 }  // namespace
