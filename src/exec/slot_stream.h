@@ -36,9 +36,14 @@ enum class SlotStreamMode : int { kAdaptive = -1, kNever = 0, kAlways = 1 };
 // figures do not make it flip back and forth.
 class SlotStreamChooser {
  public:
-  // One step of `bytes` took `ticks` (slotStreamTicks, or any unit used for every sample).
+  // One step of `bytes` took `ticks` (slotStreamTicks, or any unit used for every sample). A
+  // thread that moved to another core in the middle of a step may read a counter that is
+  // slightly behind or ahead: samples of no time, or of more than kMaxBytesPerTick (hundreds of
+  // GB/s), are dropped.
   void record(bool streamed, size_t bytes, int64_t ticks) {
-    const double rate = static_cast<double>(bytes) / static_cast<double>(ticks > 0 ? ticks : 1);
+    if (ticks <= 0 || static_cast<double>(bytes) > kMaxBytesPerTick * static_cast<double>(ticks))
+      return;
+    const double rate = static_cast<double>(bytes) / static_cast<double>(ticks);
     double& r = rate_[streamed ? 1 : 0];
     r = r == 0 ? rate : r + (rate - r) * kWeight;
     if (rate_[0] == 0 || rate_[1] == 0) return;
@@ -50,6 +55,7 @@ class SlotStreamChooser {
   double rate(bool streamed) const { return rate_[streamed ? 1 : 0]; }
 
  private:
+  static constexpr double kMaxBytesPerTick = 256;
   static constexpr double kWeight = 0.25;
   static constexpr double kEnterMargin = 1.5;
   static constexpr double kLeaveMargin = 1.2;
