@@ -85,27 +85,46 @@ class HostRingPrims {
     const bool streamSlot = useSend && ch_.sendStream.streamNext(mode, kind, bytes);
     const bool timed = useSend && SlotStreamPolicy::measured(mode, bytes);
     const uint64_t start = timed ? slotStreamTicks() : 0;
-    if (n > 0 && streamSlot) {
-      stepStreamingSlot(recvSlot, useLocal ? input_ + in * eltSize_ : nullptr, output, sendSlot, n,
-                        (flags & kFinal) != 0);
+    const bool finalize = (flags & kFinal) != 0;
+    const char* local = useLocal ? input_ + in * eltSize_ : nullptr;
+    const bool scales = op_.kind == RedKind::kPreMulSum || (finalize && op_.kind == RedKind::kAvg);
+    if (n > 0 && streamSlot && !useRecv && output == nullptr && !scales) {
+      // A plain copy of the input into a streamed slot.
+      streamCopy(sendSlot, local, bytes);
     } else if (n > 0 && output != nullptr && streamOutput_ && !useLocal && !useSend) {
       // A received final chunk: straight to the output, past the caches.
       streamCopy(output, recvSlot, bytes);
     } else if (n > 0) {
-      // Streaming outputs are reduced into the send slot (it stays cached for the peer) and
-      // copied out from there.
-      const bool streamAfter = output != nullptr && streamOutput_ && useSend;
+      // One pass computes the result into cached memory (and a second cached destination);
+      // whatever is written with streaming stores is copied from there afterwards.
+      void* dst0 = nullptr;
+      void* dst1 = nullptr;
+      void* streamed[2] = {nullptr, nullptr};
+      if (streamSlot) {
+        // The output when it is cached, else the channel's scratch.
+        dst0 = output != nullptr && !streamOutput_ ? static_cast<void*>(output) : scratch(bytes);
+        streamed[0] = sendSlot;
+        if (output != nullptr && streamOutput_) streamed[1] = output;
+      } else if (output != nullptr && streamOutput_ && useSend) {
+        // A streaming output is reduced into the send slot (it stays cached for the peer).
+        dst0 = sendSlot;
+        streamed[0] = output;
+      } else {
+        dst0 = output != nullptr ? static_cast<void*>(output) : sendSlot;
+        dst1 = output != nullptr ? sendSlot : nullptr;
+      }
       ReduceCopyArgs a;
       a.peer = recvSlot;
-      a.local = useLocal ? input_ + in * eltSize_ : nullptr;
-      a.dst0 = output != nullptr && !streamAfter ? static_cast<void*>(output) : sendSlot;
-      a.dst1 = output != nullptr && !streamAfter ? sendSlot : nullptr;
+      a.local = local;
+      a.dst0 = dst0;
+      a.dst1 = dst1;
       a.count = n;
       a.type = type_;
       a.op = &op_;
-      a.finalize = (flags & kFinal) != 0;
+      a.finalize = finalize;
       reduceCopy(a);
-      if (streamAfter) streamCopy(output, sendSlot, bytes);
+      for (void* d : streamed)
+        if (d != nullptr) streamCopy(d, dst0, bytes);
     }
     if (timed)
       ch_.sendStream.record(kind, streamSlot, bytes,
@@ -115,33 +134,10 @@ class HostRingPrims {
     return true;
   }
 
-  // A step whose send slot is written with streaming stores: the result is computed where it
-  // stays cached (the output, or the channel's scratch) and streamed from there; a plain copy
-  // of the input streams straight from it.
-  void stepStreamingSlot(const void* recvSlot, const char* local, char* output, void* sendSlot,
-                         size_t n, bool finalize) {
-    const size_t bytes = n * eltSize_;
-    const bool scales = op_.kind == RedKind::kPreMulSum || (finalize && op_.kind == RedKind::kAvg);
-    if (recvSlot == nullptr && output == nullptr && !scales) {
-      streamCopy(sendSlot, local, bytes);
-      return;
-    }
-    char* result = output;
-    if (result == nullptr || streamOutput_) {
-      if (ch_.scratch.size() < bytes) ch_.scratch.resize(std::max(bytes, ch_.send.slotBytes()));
-      result = ch_.scratch.data();
-    }
-    ReduceCopyArgs a;
-    a.peer = recvSlot;
-    a.local = local;
-    a.dst0 = result;
-    a.count = n;
-    a.type = type_;
-    a.op = &op_;
-    a.finalize = finalize;
-    reduceCopy(a);
-    streamCopy(sendSlot, result, bytes);
-    if (output != nullptr && result != output) streamCopy(output, result, bytes);
+  // A slot's worth of the channel's scratch memory (made when first needed).
+  void* scratch(size_t bytes) {
+    if (ch_.scratch.size() < bytes) ch_.scratch.resize(std::max(bytes, ch_.send.slotBytes()));
+    return ch_.scratch.data();
   }
 
   bool fail(Code code, int peer, const char* transport, bool receiving) {
