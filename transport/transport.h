@@ -68,8 +68,12 @@ class Transport {
  public:
   virtual ~Transport() = default;
   virtual const char* name() const = 0;
-  // Receiver side: creates the FIFO fed by peer on this channel.
-  virtual Status setupRecv(int peer, int channel, ConnectInfo* info, RecvConnector* conn) = 0;
+  // Receiver side: creates the FIFO fed by peer on this channel. sendsBack: this rank also
+  // connects a send connector to peer on this channel in the same setup (connectSend before
+  // any finishRecv of the setup); when both ends say so a transport may carry the two
+  // directions on one connection.
+  virtual Status setupRecv(int peer, int channel, bool sendsBack, ConnectInfo* info,
+                           RecvConnector* conn) = 0;
   // Sender side: attaches to the receiver's FIFO.
   virtual Status connectSend(int peer, int channel, const ConnectInfo& info,
                              SendConnector* conn) = 0;

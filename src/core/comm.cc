@@ -280,7 +280,8 @@ Status Communicator::connectRing(int n) {
     ch.sendTransport = sendT->name();
     ConnectInfo mine = {};
     ConnectInfo theirs = {};
-    CHORUS_TRY(recvT->setupRecv(prev, c, &mine, &ch.recv));
+    // Ring steps move bulk: each direction keeps connections of its own.
+    CHORUS_TRY(recvT->setupRecv(prev, c, false, &mine, &ch.recv));
     CHORUS_TRY(bootstrap_->send(prev, kTagRingSetup + c, &mine, sizeof(mine)));
     CHORUS_TRY(bootstrap_->recv(next, kTagRingSetup + c, &theirs, sizeof(theirs)));
     CHORUS_TRY(sendT->connectSend(next, c, theirs, &ch.send));
@@ -311,7 +312,8 @@ Status Communicator::connectTrees() {
     Transport* t = transportFor(peers_[link.peer]);
     link.recvTransport = t->name();
     ConnectInfo info = {};
-    CHORUS_TRY(t->setupRecv(link.peer, channel, &info, &link.recv));
+    // Up and down links use different channels: never one connection.
+    CHORUS_TRY(t->setupRecv(link.peer, channel, false, &info, &link.recv));
     return bootstrap_->send(link.peer, treeSetupTag(channel), &info, sizeof(info));
   };
   auto connectSend = [&](HostTreeLink& link, int channel) -> Status {
@@ -448,11 +450,14 @@ void Communicator::logDecision(Collective coll, size_t bytes, const Decision& d)
 // (*conns)[peer]. Every receive side is set up and its description sent before this rank waits
 // for any peer's, so no order of peers deadlocks; the peers make the matching calls.
 Status Communicator::connectPairs(const std::vector<int>& recvFrom, const std::vector<int>& sendTo,
-                                  int channel, int tag, std::vector<P2pConnection>* conns) {
+                                  int channel, int tag, bool shareDirections,
+                                  std::vector<P2pConnection>* conns) {
   for (int peer : recvFrom) {
     Transport* t = transportFor(peers_[peer]);
     ConnectInfo info = {};
-    CHORUS_TRY(t->setupRecv(peer, channel, &info, &(*conns)[peer].recv));
+    const bool sendsBack =
+        shareDirections && std::find(sendTo.begin(), sendTo.end(), peer) != sendTo.end();
+    CHORUS_TRY(t->setupRecv(peer, channel, sendsBack, &info, &(*conns)[peer].recv));
     (*conns)[peer].recvTransport = t->name();
     CHORUS_TRY(bootstrap_->send(peer, tag, &info, sizeof(info)));
   }
@@ -473,7 +478,9 @@ Status Communicator::connectRd() {
   if (!rdConns_.empty()) return Status::ok();
   std::vector<P2pConnection> conns(static_cast<size_t>(nranks_));
   const std::vector<int> partners = rdPartners(nranks_, rank_);
-  CHORUS_TRY(connectPairs(partners, partners, kRdChannel, kTagRdSetup, &conns));
+  // Small messages both ways between the same partners: one connection for both directions
+  // where the transport can (over TCP the exchange then takes two segments, not four).
+  CHORUS_TRY(connectPairs(partners, partners, kRdChannel, kTagRdSetup, true, &conns));
   LOG_INFO(kSubsysInit, "rank %d: recursive-doubling links to %zu partner(s)", rank_,
            partners.size());
   rdConns_ = std::move(conns);
@@ -549,7 +556,7 @@ Status Communicator::connectP2p(const std::vector<P2pOp>& ops) {
     if (!ready && std::find(list.begin(), list.end(), op.peer) == list.end())
       list.push_back(op.peer);
   }
-  CHORUS_TRY(connectPairs(newRecv, newSend, kP2pChannel, kTagP2pSetup, &p2pConns_));
+  CHORUS_TRY(connectPairs(newRecv, newSend, kP2pChannel, kTagP2pSetup, false, &p2pConns_));
   if (!newRecv.empty() || !newSend.empty())
     LOG_INFO(kSubsysP2p, "rank %d: connected %zu new receive and %zu new send peers", rank_,
              newRecv.size(), newSend.size());

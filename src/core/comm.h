@@ -87,10 +87,11 @@ class Communicator final : public ErrorSink {
   Status connectRing(int n);
   Status ensureDirect();
   void logDecision(Collective coll, size_t bytes, const Decision& d);
-  // Links to the parent and children of both trees, both directions (tree all-reduce).
+  // shareDirections: a peer in both lists may get one connection for both directions.
   Status connectPairs(const std::vector<int>& recvFrom, const std::vector<int>& sendTo, int channel,
-                      int tag, std::vector<P2pConnection>* conns);
+                      int tag, bool shareDirections, std::vector<P2pConnection>* conns);
   Status connectRd();
+  // Links to the parent and children of both trees, both directions (tree all-reduce).
   Status connectTrees();
   Status connectP2p(const std::vector<P2pOp>& ops);
   Transport* transportFor(const PeerInfo& peer);

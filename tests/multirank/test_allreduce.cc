@@ -5,6 +5,8 @@
 // rounding).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -178,6 +180,70 @@ TEST_P(AllReduceMatrix, PreMulSumScalarsDifferPerRank) {
       }
     }
   });
+}
+
+// Sockets this process has open, as the kernel lists them.
+int openSockets() {
+  int n = 0;
+  for (int fd = 0; fd < 4096; ++fd) {
+    char path[64], target[128];
+    snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+    ssize_t len = readlink(path, target, sizeof(target) - 1);
+    if (len > 0 && strncmp(target, "socket:", 7) == 0) ++n;
+  }
+  return n;
+}
+
+// Recursive doubling over sockets carries both directions to a partner on one set of
+// connections (streams), made on its first call; point-to-point keeps one set per direction.
+// Counted by the kernel's file table of each rank process, data checked against the sums.
+TEST(SocketConnections, RdSharesOneConnectionPerPartnerP2pDoesNot) {
+  const int nstreams = 2;
+  for (int nranks : {2, 3, 4}) {
+    chorus_test::runRanks(
+        nranks, RankMode::kProcesses,
+        {"CHORUS_SHM_DISABLE=1", "CHORUS_ALGO=rd",
+         "CHORUS_SOCKET_NSTREAMS=" + std::to_string(nstreams)},
+        [&](int rank, int n, ncclComm_t comm) {
+          int pw = 1;
+          while (pw * 2 <= n) pw *= 2;
+          int partners = 0;
+          if (rank >= pw) {
+            partners = 1;
+          } else {
+            partners = rank + pw < n ? 1 : 0;
+            for (int bit = 1; bit < pw; bit <<= 1) ++partners;
+          }
+          const size_t count = 5;
+          std::vector<float> in(count), out(count);
+          for (size_t i = 0; i < count; ++i) in[i] = float(rank * 10 + i);
+          const int before = openSockets();
+          ASSERT_EQ(
+              ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr),
+              ncclSuccess)
+              << ncclGetLastError(comm);
+          const int afterRd = openSockets();
+          for (size_t i = 0; i < count; ++i)
+            EXPECT_EQ(out[i], float(10 * n * (n - 1) / 2 + n * i)) << "element " << i;
+          EXPECT_EQ(afterRd - before, partners * nstreams)
+              << "rank " << rank << " of " << n << ": sockets made for recursive doubling";
+          // Every rank sends to and receives from every other in one group.
+          std::vector<float> mine(count, float(rank)), theirs(count * n, -1.f);
+          ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+          for (int peer = 0; peer < n; ++peer) {
+            if (peer == rank) continue;
+            ASSERT_EQ(ncclSend(mine.data(), count, ncclFloat32, peer, comm, nullptr), ncclSuccess);
+            ASSERT_EQ(
+                ncclRecv(theirs.data() + peer * count, count, ncclFloat32, peer, comm, nullptr),
+                ncclSuccess);
+          }
+          ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(comm);
+          for (int peer = 0; peer < n; ++peer)
+            if (peer != rank) EXPECT_EQ(theirs[peer * count + count - 1], float(peer));
+          EXPECT_EQ(openSockets() - afterRd, 2 * (n - 1) * nstreams)
+              << "rank " << rank << " of " << n << ": sockets made for point-to-point";
+        });
+  }
 }
 
 std::string configName(const ::testing::TestParamInfo<Config>& info) {

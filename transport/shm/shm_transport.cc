@@ -23,7 +23,8 @@ class ShmTransport final : public Transport {
   explicit ShmTransport(const TransportContext& ctx) : ctx_(ctx) {}
   const char* name() const override { return "shm"; }
 
-  Status setupRecv(int peer, int channel, ConnectInfo* info, RecvConnector* conn) override {
+  Status setupRecv(int peer, int channel, bool /*sendsBack*/, ConnectInfo* info,
+                   RecvConnector* conn) override {
     std::string name = segmentName(peer, channel);
     Result<ShmSegment> seg = ShmSegment::create(name, ctx_.geometry.totalBytes());
     if (!seg.isOk()) return seg.status().withContext("shm transport");

@@ -5,6 +5,10 @@
 // congestion window, several share the link. A message (one slot) is cut into one stripe per
 // stream, each sent as an 8-byte message length followed by the stripe; messages under
 // kStripeMinBytes travel whole on stream 0, and stream 0 always carries at least the length.
+// Where both ranks of a pair send to each other on a channel (setupRecv's sendsBack on both
+// ends), the two directions share the connections: the lower rank connects, the higher rank
+// sends back on the sockets it accepted. Each side's data then carries the acknowledgements of
+// the other's, and a small exchange costs two segments instead of four.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -50,11 +54,13 @@ struct Hello {
   int32_t channel;
   int32_t stream;
   int32_t nstreams;
+  int32_t shared;  // the connection carries both directions
 };
 
 struct SocketInfo {
   sockaddr_storage address;
-  int32_t nstreams;  // the receiver's choice; the sender follows it
+  int32_t nstreams;   // the receiver's choice; the sender follows it
+  int32_t sendsBack;  // the receiver also sends to the sender on this channel
 };
 static_assert(sizeof(SocketInfo) <= sizeof(ConnectInfo), "SocketInfo must fit a ConnectInfo");
 
@@ -78,7 +84,8 @@ void stripeOf(uint64_t bytes, int n, int i, uint64_t* begin, uint64_t* end) {
 
 // One TCP connection of a connector and its part of the message in progress.
 struct SocketStream {
-  Socket socket;
+  std::shared_ptr<Socket> socket;  // shared by the two directions of a pair (see above)
+  int fd() const { return socket->fd(); }
   uint64_t begin = 0;   // the stripe: message bytes [begin, begin + total - 8)
   size_t total = 0;     // bytes to move for this message, length included (0: no part)
   size_t offset = 0;    // bytes moved, length included
@@ -104,11 +111,15 @@ struct SocketConn {
   std::unique_ptr<char[]> stage;
   size_t stageBegin = 0;
   size_t stageEnd = 0;
-  int listener = 0;  // receive side: the address index its peer connects to
+  int listener = 0;        // receive side: the address index its peer connects to
+  bool sendsBack = false;  // receive side: setupRecv's sendsBack
+  // Both directions on one set of connections: kConnects, this rank made them (the lower
+  // rank), kAccepts, the peer did; a receive side accepting them expects the Hello to say so.
+  enum Sharing { kOwn, kConnects, kAccepts } sharing = kOwn;
 
   bool connected() const {
     for (const SocketStream& st : streams)
-      if (!st.socket.valid()) return false;
+      if (!st.socket || !st.socket->valid()) return false;
     return true;
   }
   // Sets up every stream's part of a message of `bytes` bytes.
@@ -147,7 +158,8 @@ class SocketTransport final : public Transport, public ProxyLink {
 
   const char* name() const override { return "socket"; }
 
-  Status setupRecv(int peer, int channel, ConnectInfo* info, RecvConnector* conn) override {
+  Status setupRecv(int peer, int channel, bool sendsBack, ConnectInfo* info,
+                   RecvConnector* conn) override {
     const int index = addressFor(peer, channel);
     if (!listeners_[index].valid()) {
       const PeerInfo& me = (*ctx_.peers)[ctx_.rank];
@@ -161,6 +173,7 @@ class SocketTransport final : public Transport, public ProxyLink {
     }
     auto c = newConn(false, peer, channel);
     c->listener = index;
+    c->sendsBack = sendsBack;
     c->stage.reset(new char[kStageBytes]);
     c->streams.resize(static_cast<size_t>(nstreams_));
     *conn = RecvConnector(c->memory.get());
@@ -168,6 +181,7 @@ class SocketTransport final : public Transport, public ProxyLink {
     SocketInfo si{};
     si.address = listeners_[index].address().storage();
     si.nstreams = nstreams_;
+    si.sendsBack = sendsBack ? 1 : 0;
     memcpy(info->bytes, &si, sizeof(si));
     return Status::ok();
   }
@@ -182,17 +196,31 @@ class SocketTransport final : public Transport, public ProxyLink {
     Waiter w(ctx_.timeoutSeconds, ctx_.abort);
     auto c = newConn(true, peer, channel);
     c->streams.resize(static_cast<size_t>(si.nstreams));
+    *conn = SendConnector(c->memory.get());
+    SocketConn* back = si.sendsBack ? pendingRecv(peer, channel) : nullptr;
+    if (back != nullptr && !back->sendsBack) back = nullptr;
+    if (back != nullptr && ctx_.rank > peer) {
+      // The peer connects both directions; this side sends on what finishRecv accepts.
+      back->sharing = c->sharing = SocketConn::kAccepts;
+      deferredSends_.push_back(std::move(c));
+      return Status::ok();
+    }
     for (int i = 0; i < si.nstreams; ++i) {
       Result<Socket> s = connectSocket(addr, w, options_);
       if (!s.isOk())
         return s.status().withContext(formatString(
             "socket transport: rank %d connecting to rank %d (channel %d, stream %d) at %s",
             ctx_.rank, peer, channel, i, addr.toString().c_str()));
-      Hello h{kHelloMagic, ctx_.secret, ctx_.rank, channel, i, si.nstreams};
+      Hello h{kHelloMagic, ctx_.secret, ctx_.rank, channel, i, si.nstreams, back != nullptr};
       CHORUS_TRY(s.value().sendAll(&h, sizeof(h), w));
-      c->streams[i].socket = s.take();
+      c->streams[i].socket = std::make_shared<Socket>(s.take());
     }
-    *conn = SendConnector(c->memory.get());
+    if (back != nullptr) {
+      // The receive side reads what the peer sends back on these connections.
+      back->sharing = c->sharing = SocketConn::kConnects;
+      back->streams = c->streams;
+      for (SocketStream& st : back->streams) st.offset = st.total = 0;
+    }
     return addConn(std::move(c));
   }
 
@@ -208,6 +236,7 @@ class SocketTransport final : public Transport, public ProxyLink {
         if ((*it)->peer == peer && (*it)->channel == channel && (*it)->connected()) {
           std::unique_ptr<SocketConn> c = std::move(*it);
           pending_.erase(it);
+          if (c->sharing == SocketConn::kAccepts) CHORUS_TRY(startDeferredSend(*c));
           return addConn(std::move(c));
         }
       }
@@ -228,8 +257,14 @@ class SocketTransport final : public Transport, public ProxyLink {
       for (auto& p : pending_) {
         const int n = static_cast<int>(p->streams.size());
         if (p->peer == h.rank && p->channel == h.channel && h.nstreams == n && h.stream >= 0 &&
-            h.stream < n && !p->streams[h.stream].socket.valid()) {
-          p->streams[h.stream].socket = s.take();
+            h.stream < n && !p->streams[h.stream].socket) {
+          if ((h.shared != 0) != (p->sharing == SocketConn::kAccepts))
+            return internalError(
+                "socket transport: rank %d's connection (channel %d) %s both directions, rank %d "
+                "expected %s",
+                h.rank, h.channel, h.shared ? "carries" : "does not carry", ctx_.rank,
+                h.shared ? "separate ones" : "one connection");
+          p->streams[h.stream].socket = std::make_shared<Socket>(s.take());
           matched = true;
           break;
         }
@@ -245,10 +280,34 @@ class SocketTransport final : public Transport, public ProxyLink {
     if (!pending_.empty())
       return internalError("socket transport: %zu receive connectors never connected",
                            pending_.size());
+    if (!deferredSends_.empty())
+      return internalError("socket transport: %zu send connectors never got their connections",
+                           deferredSends_.size());
     return Status::ok();
   }
 
  private:
+  SocketConn* pendingRecv(int peer, int channel) {
+    for (auto& p : pending_)
+      if (p->peer == peer && p->channel == channel) return p.get();
+    return nullptr;
+  }
+
+  // The send side of a pair whose peer connected both directions: it sends on the connections
+  // the receive side r accepted.
+  Status startDeferredSend(const SocketConn& r) {
+    for (auto it = deferredSends_.begin(); it != deferredSends_.end(); ++it) {
+      if ((*it)->peer != r.peer || (*it)->channel != r.channel) continue;
+      std::unique_ptr<SocketConn> c = std::move(*it);
+      deferredSends_.erase(it);
+      c->streams = r.streams;
+      for (SocketStream& st : c->streams) st.offset = st.total = 0;
+      return addConn(std::move(c));
+    }
+    return internalError("socket transport: no send side for rank %d channel %d", r.peer,
+                         r.channel);
+  }
+
   // Which of this rank's addresses the data connection of (peer, channel) comes to: the
   // bootstrap's (index 0) or one of the extra interfaces (index i + 1) whose subnet the peer
   // also has an address in, taken in turn by channel so that channels spread over the
@@ -297,9 +356,10 @@ class SocketTransport final : public Transport, public ProxyLink {
   // added at any time: point-to-point peers are connected when first used.
   Status addConn(std::unique_ptr<SocketConn> c) {
     if (doorbellFd < 0) return errnoError(EMFILE, "socket transport: eventfd for the proxy");
-    LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d over %s, %zu stream(s)", ctx_.rank,
+    LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d over %s, %zu stream(s)%s", ctx_.rank,
              c->isSend ? "sending to" : "receiving from", c->peer, c->channel,
-             c->streams[0].socket.peer().toString().c_str(), c->streams.size());
+             c->streams[0].socket->peer().toString().c_str(), c->streams.size(),
+             c->sharing == SocketConn::kOwn ? "" : ", both directions");
     {
       std::lock_guard<std::mutex> lock(progressMutex_);
       conns_.push_back(std::move(c));
@@ -364,7 +424,7 @@ class SocketTransport final : public Transport, public ProxyLink {
           struct msghdr msg = {};
           msg.msg_iov = iov;
           msg.msg_iovlen = n;
-          ssize_t r = sendmsg(st.socket.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+          ssize_t r = sendmsg(st.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
           if (r < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
             fail(c, errnoError(errno, "send"));
@@ -394,7 +454,7 @@ class SocketTransport final : public Transport, public ProxyLink {
     const bool staged = &st == &c.streams[0];
     if (staged && c.stageBegin == c.stageEnd &&
         (st.offset < sizeof(uint64_t) || want < kStageBytes)) {
-      ssize_t r = recv(st.socket.fd(), c.stage.get(), kStageBytes, MSG_DONTWAIT);
+      ssize_t r = recv(st.fd(), c.stage.get(), kStageBytes, MSG_DONTWAIT);
       if (r <= 0) return recvFailed(c, r);
       c.stageBegin = 0;
       c.stageEnd = static_cast<size_t>(r);
@@ -417,11 +477,11 @@ class SocketTransport final : public Transport, public ProxyLink {
     }
     ssize_t r;
     if (st.offset < sizeof(uint64_t)) {
-      r = recv(st.socket.fd(), reinterpret_cast<char*>(&st.length) + st.offset,
+      r = recv(st.fd(), reinterpret_cast<char*>(&st.length) + st.offset,
                sizeof(uint64_t) - st.offset, MSG_DONTWAIT);
     } else {
       const size_t done = st.offset - sizeof(uint64_t);
-      r = recv(st.socket.fd(), payload + st.begin + done, want, MSG_DONTWAIT);
+      r = recv(st.fd(), payload + st.begin + done, want, MSG_DONTWAIT);
     }
     if (r <= 0) return recvFailed(c, r);
     st.offset += static_cast<size_t>(r);
@@ -521,7 +581,7 @@ class SocketTransport final : public Transport, public ProxyLink {
       c->watched = streamsToWatch(*c);
       const short events = c->isSend ? POLLOUT : POLLIN;
       for (size_t i = 0; i < c->streams.size(); ++i)
-        if (c->watched & (1u << i)) fds->push_back(pollfd{c->streams[i].socket.fd(), events, 0});
+        if (c->watched & (1u << i)) fds->push_back(pollfd{c->streams[i].fd(), events, 0});
     }
   }
 
@@ -641,6 +701,8 @@ class SocketTransport final : public Transport, public ProxyLink {
   int nstreams_ = 1;                        // streams of the connectors this rank receives on
   Listener listeners_[1 + kMaxExtraAddrs];  // by address index (see addressFor)
   std::vector<std::unique_ptr<SocketConn>> pending_;  // receive sides waiting for their sender
+  // Send sides waiting for the connections their peer makes for both directions.
+  std::vector<std::unique_ptr<SocketConn>> deferredSends_;
   std::vector<std::unique_ptr<SocketConn>> conns_;
   std::thread proxy_;
   std::atomic<bool> stop_{false};
