@@ -26,7 +26,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 COLLS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 PEERS = ("openmpi", "mpich", "gloo")
-LABELS = {"chorus": "Chorus", "openmpi": "Open MPI", "mpich": "MPICH", "gloo": "Gloo"}
+LABELS = {"chorus": "Chorus", "openmpi": "Open MPI", "mpich": "MPICH", "gloo": "Gloo",
+          "minimal": "minimal 2-rank"}
 EXIT_UNSUPPORTED = 3
 
 
@@ -60,7 +61,10 @@ def parse_args(argv):
                    help="size factor; the largest size is always included (default 4)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     p.add_argument("--libs", default="chorus,openmpi,mpich,gloo",
-                   help="comma list of chorus, openmpi, mpich, gloo (default all)")
+                   help="comma list of chorus, openmpi, mpich, gloo, minimal (default: all but minimal)")
+    p.add_argument("--minimal", action="store_true",
+                   help="also run minimal_allreduce.c, a dedicated two-process shared-memory "
+                        "all-reduce, as a reference line (all_reduce, -n 2, one host)")
     p.add_argument("--algos", default="",
                    help="also run Chorus with each CHORUS_ALGO in this comma list, "
                         "e.g. ring,tree,oneshot,twoshot (all_reduce)")
@@ -109,7 +113,12 @@ def parse_args(argv):
     a.libs = [x for x in a.libs.split(",") if x]
     for lib in a.libs:
         if lib not in LABELS:
-            p.error(f"unknown library '{lib}' (chorus, openmpi, mpich, gloo)")
+            p.error(f"unknown library '{lib}' (chorus, openmpi, mpich, gloo, minimal)")
+    if a.minimal and "minimal" not in a.libs:
+        a.libs.append("minimal")
+    if "minimal" in a.libs and (a.coll != "all_reduce" or a.nranks != 2 or a.netns):
+        p.error("--minimal is a two-process shared-memory all-reduce: --coll all_reduce, -n 2, "
+                "no --netns")
     a.algos = [x for x in a.algos.split(",") if x]
     if a.nranks < 1 or a.rounds < 1 or a.stepfactor < 2 or a.minbytes > a.maxbytes:
         p.error("need --nranks >= 1, --rounds >= 1, -f >= 2 and -b <= -e")
@@ -217,6 +226,8 @@ class Runner:
                 env["GLOO_SOCKET_IFNAME"] = netns.IFNAME
                 return ns.pair([a.python, script, a.coll] + args + inplace), env
             return [a.python, script, a.coll, "--nranks", str(a.nranks)] + args + inplace, env
+        if lib == "minimal":
+            return [os.path.join(a.peers_build, "minimal_allreduce")] + args, env
         raise ValueError(lib)
 
     def bound_command(self):
@@ -231,8 +242,8 @@ class Runner:
 # ---- building the peers' benchmarks ---------------------------------------------------------
 
 def build_peers(a, libs):
-    """Compiles mpi_bench with each MPI's wrapper, memcpy_bound and barrier_floor, when missing
-    or stale."""
+    """Compiles mpi_bench with each MPI's wrapper, minimal_allreduce, memcpy_bound and
+    barrier_floor, when missing or stale."""
     os.makedirs(a.peers_build, exist_ok=True)
     jobs = []
     mpi_src = os.path.join(HERE, "mpi_bench.c")
@@ -241,6 +252,10 @@ def build_peers(a, libs):
             jobs.append((lib, [f"mpicc.{lib}", "-O2", "-std=c11", "-D_POSIX_C_SOURCE=200809L",
                                "-o", os.path.join(a.peers_build, f"mpi_bench.{lib}"), mpi_src,
                                "-lm"], mpi_src, os.path.join(a.peers_build, f"mpi_bench.{lib}")))
+    if "minimal" in libs:
+        src = os.path.join(HERE, "minimal_allreduce.c")
+        out = os.path.join(a.peers_build, "minimal_allreduce")
+        jobs.append(("minimal", ["cc", "-O2", "-std=c11", "-o", out, src], src, out))
     if not a.no_bound:
         src = os.path.join(HERE, "memcpy_bound.c")
         out = os.path.join(a.peers_build, "memcpy_bound")
@@ -310,7 +325,7 @@ def run_one(cmd, env, timeout, log_path):
 def header_line(text):
     for line in text.splitlines():
         if line.startswith("# nccl-tests-compatible") or line.startswith("# mpi_bench") or \
-                line.startswith("# gloo_bench"):
+                line.startswith("# gloo_bench") or line.startswith("# minimal_allreduce"):
             return " ".join(line[2:].split())
     return None
 
