@@ -61,7 +61,8 @@ def parse_args(argv):
                    help="size factor; the largest size is always included (default 4)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     p.add_argument("--libs", default="chorus,openmpi,mpich,gloo",
-                   help="comma list of chorus, openmpi, mpich, gloo, minimal (default: all but minimal)")
+                   help="comma list of chorus, openmpi, mpich, gloo, minimal "
+                        "(default: all but minimal)")
     p.add_argument("--minimal", action="store_true",
                    help="also run minimal_allreduce.c, a dedicated two-process shared-memory "
                         "all-reduce, as a reference line (all_reduce, -n 2, one host)")
