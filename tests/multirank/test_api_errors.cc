@@ -2,8 +2,10 @@
 // and a message that names it, stale handles are refused, waits end by timeout or abort, and
 // group calls drive several communicators of one process.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -254,6 +256,37 @@ TEST(ApiErrors, AbortFromAnotherThreadEndsAWait) {
         EXPECT_NE(result, ncclSuccess);
         comm = nullptr;
       });
+}
+
+// A peer process that dies: over sockets its connections close with it, so the survivor's next
+// collective (recursive doubling for 8 B, the ring for 1 MiB) fails at once with an error that
+// names it, long before the timeout, and the communicator can still be destroyed.
+TEST(PeerFailure, DeadPeerOverSocketsFailsFastNamingIt) {
+  for (size_t count : {size_t(2), size_t(1) << 18}) {
+    chorus_test::runRanks(
+        2, chorus_test::RankMode::kProcesses, {"CHORUS_SHM_DISABLE=1", "CHORUS_TIMEOUT=120"},
+        [&](int rank, int, ncclComm_t& comm) {
+          std::vector<float> v(count, 1.0f);
+          // One call that both ranks finish: the connections of this size exist.
+          ASSERT_EQ(ncclAllReduce(v.data(), v.data(), count, ncclFloat, ncclSum, comm, nullptr),
+                    ncclSuccess)
+              << lastError(comm);
+          if (rank == 1) _exit(0);  // dies without destroying anything
+          auto start = std::chrono::steady_clock::now();
+          ncclResult_t r = ncclSuccess;
+          // Data in flight may still be taken before the closed connection is seen.
+          for (int i = 0; i < 3 && r == ncclSuccess; ++i)
+            r = ncclAllReduce(v.data(), v.data(), count, ncclFloat, ncclSum, comm, nullptr);
+          const double seconds =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          EXPECT_NE(r, ncclSuccess);
+          EXPECT_LT(seconds, 60.0) << "the failure waited for the timeout";
+          std::string e = lastError(comm);
+          EXPECT_NE(e.find("rank 1"), std::string::npos) << e;
+          EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess) << lastError(comm);
+          comm = nullptr;
+        });
+  }
 }
 
 // One thread drives several ranks: ncclCommInitAll and grouped collectives.
