@@ -61,8 +61,8 @@ void benchGroupedAllReduce(benchmark::State& state, size_t bytes) {
   const size_t count = bytes / sizeof(float);
   for (auto _ : state) {
     ncclGroupStart();
-    ncclResult_t r = ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm,
-                                   nullptr);
+    ncclResult_t r =
+        ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr);
     if (ncclGroupEnd() != ncclSuccess || r != ncclSuccess) {
       state.SkipWithError(ncclGetLastError(comm));
       break;
