@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -182,15 +183,25 @@ TEST_P(AllReduceMatrix, PreMulSumScalarsDifferPerRank) {
   });
 }
 
-// Sockets this process has open, as the kernel lists them.
-int openSockets() {
-  int n = 0;
+// Sockets this process has open, as the kernel lists them (their "socket:[inode]" names).
+std::set<std::string> openSockets() {
+  std::set<std::string> names;
   for (int fd = 0; fd < 4096; ++fd) {
     char path[64], target[128];
     snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
     ssize_t len = readlink(path, target, sizeof(target) - 1);
-    if (len > 0 && strncmp(target, "socket:", 7) == 0) ++n;
+    if (len <= 0) continue;
+    target[len] = '\0';
+    if (strncmp(target, "socket:", 7) == 0) names.insert(target);
   }
+  return names;
+}
+
+// Sockets in `after` that were not open in `before`: what was made in between, whatever else
+// closed meanwhile (the rendezvous may still be closing its connections after init).
+int socketsMade(const std::set<std::string>& before, const std::set<std::string>& after) {
+  int n = 0;
+  for (const std::string& name : after) n += before.count(name) == 0 ? 1 : 0;
   return n;
 }
 
@@ -217,15 +228,15 @@ TEST(SocketConnections, RdSharesOneConnectionPerPartnerP2pDoesNot) {
           const size_t count = 5;
           std::vector<float> in(count), out(count);
           for (size_t i = 0; i < count; ++i) in[i] = float(rank * 10 + i);
-          const int before = openSockets();
+          const std::set<std::string> before = openSockets();
           ASSERT_EQ(
               ncclAllReduce(in.data(), out.data(), count, ncclFloat32, ncclSum, comm, nullptr),
               ncclSuccess)
               << ncclGetLastError(comm);
-          const int afterRd = openSockets();
+          const std::set<std::string> afterRd = openSockets();
           for (size_t i = 0; i < count; ++i)
             EXPECT_EQ(out[i], float(10 * n * (n - 1) / 2 + n * i)) << "element " << i;
-          EXPECT_EQ(afterRd - before, partners * nstreams)
+          EXPECT_EQ(socketsMade(before, afterRd), partners * nstreams)
               << "rank " << rank << " of " << n << ": sockets made for recursive doubling";
           // Every rank sends to and receives from every other in one group.
           std::vector<float> mine(count, float(rank)), theirs(count * n, -1.f);
@@ -240,7 +251,7 @@ TEST(SocketConnections, RdSharesOneConnectionPerPartnerP2pDoesNot) {
           ASSERT_EQ(ncclGroupEnd(), ncclSuccess) << ncclGetLastError(comm);
           for (int peer = 0; peer < n; ++peer)
             if (peer != rank) EXPECT_EQ(theirs[peer * count + count - 1], float(peer));
-          EXPECT_EQ(openSockets() - afterRd, 2 * (n - 1) * nstreams)
+          EXPECT_EQ(socketsMade(afterRd, openSockets()), 2 * (n - 1) * nstreams)
               << "rank " << rank << " of " << n << ": sockets made for point-to-point";
         });
   }
