@@ -218,8 +218,7 @@ class SocketTransport final : public Transport, public ProxyLink {
     if (back != nullptr) {
       // The receive side reads what the peer sends back on these connections.
       back->sharing = c->sharing = SocketConn::kConnects;
-      back->streams = c->streams;
-      for (SocketStream& st : back->streams) st.offset = st.total = 0;
+      back->streams = c->streams;  // no message has started on either side yet
     }
     return addConn(std::move(c));
   }
@@ -300,8 +299,7 @@ class SocketTransport final : public Transport, public ProxyLink {
       if ((*it)->peer != r.peer || (*it)->channel != r.channel) continue;
       std::unique_ptr<SocketConn> c = std::move(*it);
       deferredSends_.erase(it);
-      c->streams = r.streams;
-      for (SocketStream& st : c->streams) st.offset = st.total = 0;
+      c->streams = r.streams;  // no message has started on either side yet
       return addConn(std::move(c));
     }
     return internalError("socket transport: no send side for rank %d channel %d", r.peer,
