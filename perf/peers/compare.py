@@ -86,7 +86,7 @@ def parse_args(argv):
     p.add_argument("--time-below", type=parse_size, default=64 << 10,
                    help="also tabulate median times for sizes up to this (default 64K)")
     p.add_argument("--no-bound", action="store_true",
-                   help="skip the references (memcpy bound, barrier floor)")
+                   help="skip the references (memcpy bound, barrier floor, transfer reference)")
     p.add_argument("--bound-size", type=parse_size, default=256 << 20,
                    help="buffer each memcpy process copies (default 256M)")
     p.add_argument("--build", default=os.path.join(REPO, "build"),
@@ -147,6 +147,17 @@ def size_list(a):
         s = max(s * a.stepfactor, 1)
     if out[-1] != a.maxbytes:
         out.append(a.maxbytes)
+    return out
+
+
+def exchange_sizes(a):
+    """The sizes exchange_bound measures: those of the sweep's geometric grid from 4 KiB (its
+    smallest block) up, which its own -b/-e/-f reproduce."""
+    out, s = [], a.minbytes
+    while s <= a.maxbytes:
+        if s >= 4096:
+            out.append(s)
+        s *= a.stepfactor
     return out
 
 
@@ -235,6 +246,15 @@ class Runner:
         exe = os.path.join(self.a.peers_build, "memcpy_bound")
         return [exe, "-p", str(self.a.nranks), "-s", str(self.a.bound_size), "-r", "3", "-k", "2"]
 
+    def exchange_command(self):
+        """exchange_bound over the sizes of the sweep from 4 KiB (its smallest block) up."""
+        exe = os.path.join(self.a.peers_build, "exchange_bound")
+        sizes = exchange_sizes(self.a)
+        if not sizes:
+            return None
+        return [exe, "-p", str(self.a.nranks), "-b", str(sizes[0]), "-e", str(sizes[-1]),
+                "-f", str(self.a.stepfactor)]
+
     def floor_command(self):
         exe = os.path.join(self.a.peers_build, "barrier_floor")
         return [exe, "-p", str(self.a.nranks), "-n", "20000", "-r", "5"]
@@ -243,8 +263,8 @@ class Runner:
 # ---- building the peers' benchmarks ---------------------------------------------------------
 
 def build_peers(a, libs):
-    """Compiles mpi_bench with each MPI's wrapper, minimal_allreduce, memcpy_bound and
-    barrier_floor, when missing or stale."""
+    """Compiles mpi_bench with each MPI's wrapper, minimal_allreduce and the references
+    (memcpy_bound, barrier_floor, exchange_bound), when missing or stale."""
     os.makedirs(a.peers_build, exist_ok=True)
     jobs = []
     mpi_src = os.path.join(HERE, "mpi_bench.c")
@@ -263,6 +283,9 @@ def build_peers(a, libs):
         jobs.append(("bound", ["cc", "-O2", "-std=c11", "-pthread", "-o", out, src], src, out))
         src = os.path.join(HERE, "barrier_floor.c")
         out = os.path.join(a.peers_build, "barrier_floor")
+        jobs.append(("bound", ["cc", "-O2", "-std=c11", "-o", out, src], src, out))
+        src = os.path.join(HERE, "exchange_bound.c")
+        out = os.path.join(a.peers_build, "exchange_bound")
         jobs.append(("bound", ["cc", "-O2", "-std=c11", "-o", out, src], src, out))
     unavailable = {}
     for name, cmd, src, out in jobs:
@@ -339,23 +362,40 @@ def read_loadavg():
         return "?"
 
 
-def run_reference(a, res, cmd, name, log_path, r):
-    """Runs one of the reference programs; returns its "key value" result lines as floats, or
-    None (dry run, or failed: then noted in res["failures"])."""
+def run_reference(a, res, cmd, name, log_path, r, parse=None):
+    """Runs one of the reference programs; returns its "key value" result lines as floats (or
+    what parse makes of its output), or None (dry run, or failed: then noted in
+    res["failures"])."""
     if a.dry_run:
         print(" ".join(shlex.quote(c) for c in cmd))
         return None
     status, out, sec = run_one(cmd, {}, a.timeout, log_path)
     res["seconds"]["bound"] += sec
     vals = {}
-    for line in out.splitlines():
-        m = re.match(r"^([A-Za-z_]+) ([-0-9.]+)$", line.strip())
-        if m:
-            vals[m.group(1)] = float(m.group(2))
+    if parse is not None:
+        vals = parse(out)
+    else:
+        for line in out.splitlines():
+            m = re.match(r"^([A-Za-z_]+) ([-0-9.]+)$", line.strip())
+            if m:
+                vals[m.group(1)] = float(m.group(2))
     if status != 0 or not vals:
         res["failures"].append(f"round {r} {name}: status {status}")
         return None
     return vals
+
+
+def parse_exchange(text):
+    """exchange_bound's rows: size -> {"pull": GB/s, "staged": GB/s}."""
+    rows = {}
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) == 8 and f[0].isdigit() and not line.lstrip().startswith("#"):
+            try:
+                rows[int(f[0])] = {"pull": float(f[6]), "staged": float(f[7])}
+            except ValueError:
+                continue
+    return rows
 
 
 def measure(a, libs):
@@ -365,7 +405,8 @@ def measure(a, libs):
     log_dir = a.log_dir or os.path.join(a.peers_build, "logs", f"{a.coll}-{stamp}")
     if not a.dry_run:
         os.makedirs(log_dir, exist_ok=True)
-    res = {"runs": {lib: {} for lib in libs}, "bound": [], "floor": [], "failures": [],
+    res = {"runs": {lib: {} for lib in libs}, "bound": [], "floor": [], "exchange": [],
+           "failures": [],
            "versions": {},
            "unsupported": {}, "seconds": {lib: 0.0 for lib in libs + ["bound"]},
            "plan": plan, "log_dir": log_dir, "load_before": read_loadavg()}
@@ -379,6 +420,13 @@ def measure(a, libs):
                                  os.path.join(log_dir, f"r{r}-floor.log"), r)
             if vals is not None and "barrier_us" in vals:
                 res["floor"].append(vals["barrier_us"])
+            cmd = runner.exchange_command()
+            if cmd is not None and a.nranks >= 2:
+                vals = run_reference(a, res, cmd, "exchange_bound",
+                                     os.path.join(log_dir, f"r{r}-exchange.log"), r,
+                                     parse=parse_exchange)
+                if vals is not None:
+                    res["exchange"].append(vals)
         for bi, band in enumerate(plan):
             for lib in libs:
                 if lib in res["unsupported"]:
@@ -470,6 +518,11 @@ def label(lib):
     return LABELS.get(lib, lib)
 
 
+def exchange_median(res, size, key="staged"):
+    vals = [r[size][key] for r in res["exchange"] if size in r]
+    return statistics.median(vals) if vals else None
+
+
 def report(a, res, libs, table):
     peers = [p for p in libs if p in PEERS]
     bound = statistics.median([b["bound_busbw_GBps"] for b in res["bound"]]) \
@@ -492,6 +545,11 @@ def report(a, res, libs, table):
     cols = [label(l) for l in libs] + ["best peer", "Chorus / best peer"]
     if bound is not None and "chorus" in libs:
         cols.append("Chorus / bound")
+    staged = bool(res["exchange"])
+    if staged:
+        cols += ["pull", "staged"]
+        if "chorus" in libs:
+            cols.append("Chorus / pull")
     lines.append("| size | " + " | ".join(cols) + " |")
     lines.append("|---:|" + "---:|" * len(cols))
     for row in table:
@@ -501,6 +559,12 @@ def report(a, res, libs, table):
         if bound is not None and "chorus" in libs:
             c = row["busbw"].get("chorus")
             cells.append(fmt(c / bound if c is not None and bound > 0 else None))
+        if staged:
+            x = exchange_median(res, row["size"], "pull")
+            cells += [fmt(x), fmt(exchange_median(res, row["size"]))]
+            if "chorus" in libs:
+                c = row["busbw"].get("chorus")
+                cells.append(fmt(c / x if c is not None and x else None))
         lines.append(f"| {human(row['size'])} | " + " | ".join(cells) + " |")
     small = [row for row in table if row["size"] <= a.time_below]
     if small:
@@ -534,6 +598,15 @@ def report(a, res, libs, table):
                      f"per process; an all-reduce that only read its input and wrote its output "
                      f"once would reach about half of that: **{bound:.2f} GB/s** busbw "
                      f"(rounds: {lo:.2f}-{hi:.2f}).")
+    if staged:
+        lines.append(f"Transfer references (perf/peers/exchange_bound.c, {a.nranks} processes "
+                     f"at once, each taking the next one's block of the size from shared memory "
+                     f"into its own; GB/s received per process, median of the rounds' medians; "
+                     f"sizes from 4 KiB): **pull**, the block written beforehand and only the "
+                     f"copy timed, a ceiling for what any collective receives per second at that "
+                     f"size (the busbw definitions count the bytes each rank must receive); "
+                     f"**staged**, each process copying its own data into its block, a barrier, "
+                     f"then the copy out, timed together: one bulk step through shared memory.")
     if a.algos:
         lines += ["", "### Chorus algorithms (CHORUS_ALGO), busbw (GB/s)", ""]
         algo_libs = ["chorus"] + [f"chorus:{x}" for x in a.algos]
@@ -592,6 +665,10 @@ def plot(a, res, libs, bound, path, title_extra=""):
     if bound is not None:
         ax.axhline(bound, color="black", linestyle="--", linewidth=1,
                    label=f"memcpy bound ({bound:.2f} GB/s)")
+    xs = [sz for sz in exchange_sizes(a) if exchange_median(res, sz, "pull") is not None]
+    if xs:
+        ax.plot(xs, [exchange_median(res, sz, "pull") for sz in xs], color="gray", linestyle=":",
+                linewidth=1.5, label="pull ceiling (exchange_bound)")
     ax.set_xscale("log", base=2)
     if a.logy:
         ax.set_yscale("log")
