@@ -39,8 +39,27 @@ class HostDirectPrims {
     char* staged = region_.staged(ctx_.rank, slot_, chunkBytes_);
     // Peers read the staged chunk: cached or streaming stores, as measured (slot_stream.h).
     // A PreMulSum chunk is scaled on the way, by the reduction kernel, which stores cached.
+    // Small chunks from kWholeTimedBytes are timed whole, stage to finish (some of them: see
+    // chooseWhole): their stores take little time next to the reader's wait for them. (Below, a
+    // chunk is a few lines, which measured the same either way on a distant core and slower
+    // streamed on a near one.)
     const bool scaled = op_.kind == RedKind::kPreMulSum;
-    const bool stream = !scaled && stores_.streamNext(ctx_.slotStream, kStageStores, chunkBytes_);
+    const bool small = !scaled && chunkBytes_ >= kWholeTimedBytes &&
+                       chunkBytes_ < SlotStreamPolicy::kMinBytes &&
+                       ctx_.slotStream == SlotStreamMode::kAdaptive;
+    bool stream;
+    wholeTimed_ = false;
+    if (small) {
+      smallKind_ = kSmallChunkStores + (63 - __builtin_clzll(chunkBytes_)) - kWholeTimedLog2;
+      const SlotStreamPolicy::WholeChoice c = stores_.chooseWhole(ctx_.slotStream, smallKind_);
+      stream = c.stream;
+      wholeTimed_ = c.timed;
+      if (wholeTimed_) wholeStart_ = slotStreamTicks();
+    } else {
+      stream = !scaled && stores_.streamNext(ctx_.slotStream, kStageStores, chunkBytes_);
+    }
+    smallChunk_ = small;
+    chunkStreamed_ = stream;
     const bool timed = !scaled && SlotStreamPolicy::measured(ctx_.slotStream, chunkBytes_);
     const uint64_t start = timed ? slotStreamTicks() : 0;
     stageRange(staged, in, 0, skip < n ? skip : n, stream);
@@ -79,7 +98,8 @@ class HostDirectPrims {
     // latter with cached or streaming stores as measured; streamed, it is computed into the
     // output and streamed from there.
     const size_t bytes = n * eltSize_;
-    const bool stream = stores_.streamNext(ctx_.slotStream, kResultStores, bytes);
+    const bool stream =
+        smallChunk_ ? chunkStreamed_ : stores_.streamNext(ctx_.slotStream, kResultStores, bytes);
     const bool timed = SlotStreamPolicy::measured(ctx_.slotStream, bytes);
     const uint64_t start = timed ? slotStreamTicks() : 0;
     char* output = output_ + out * eltSize_;
@@ -121,7 +141,12 @@ class HostDirectPrims {
 
   // Nothing to publish: a peer learns that this rank finished reading a chunk from its staging
   // of the next one.
-  bool finish() { return true; }
+  bool finish() {
+    if (wholeTimed_)
+      stores_.record(smallKind_, chunkStreamed_, chunkBytes_,
+                     static_cast<int64_t>(slotStreamTicks() - wholeStart_));
+    return true;
+  }
 
   const Status& status() const { return status_; }
 
@@ -201,9 +226,17 @@ class HostDirectPrims {
     return false;
   }
 
-  // The kinds of write stores_ chooses for.
+  // The kinds of write stores_ chooses for: large chunks' staging and results apart, by their
+  // stores' time; small chunks' both at once, by the chunk's whole time, one kind for each
+  // power of two of chunk bytes from kWholeTimedBytes to SlotStreamPolicy::kMinBytes.
   static constexpr int kStageStores = 0;
   static constexpr int kResultStores = 1;
+  static constexpr int kSmallChunkStores = 2;
+  static constexpr int kWholeTimedLog2 = 10;
+  static constexpr size_t kWholeTimedBytes = size_t{1} << kWholeTimedLog2;
+  static_assert(SlotStreamPolicy::kMinBytes <= (size_t{1} << 14) &&
+                    kSmallChunkStores + 14 - kWholeTimedLog2 <= SlotStreamPolicy::kStepKinds,
+                "a kind for every small chunk size class");
 
   const ExecContext& ctx_;
   DirectRegion& region_;
@@ -221,7 +254,12 @@ class HostDirectPrims {
   uint64_t sequence_ = 0;
   int slot_ = 0;
   size_t chunkBytes_ = 0;
-  size_t chunkIn_ = 0;  // input offset of the current chunk
+  size_t chunkIn_ = 0;          // input offset of the current chunk
+  bool smallChunk_ = false;     // the current chunk's stores are chosen by chooseWhole
+  bool wholeTimed_ = false;     // and it is timed, stage to finish
+  int smallKind_ = 0;           // its size class's kind of write
+  bool chunkStreamed_ = false;  // its writes (staging, result) use streaming stores
+  uint64_t wholeStart_ = 0;
   Status status_;
 };
 

@@ -67,10 +67,10 @@ class SlotStreamChooser {
 class SlotStreamPolicy {
  public:
   static constexpr int kStepKinds = 8;
-  // Slots smaller than this are always cached and never measured: the writer times only its
-  // own stores, and for small slots the reader's wait for streamed lines to come back from
-  // memory, which the writer does not see, outweighs them (8 KiB two-rank all-reduce: 1.5 us
-  // cached, 1.9 streamed as chosen by the writer's figures).
+  // Slots smaller than this are cached and not measured by the writer's stores alone: for
+  // small slots the reader's wait for streamed lines to come back from memory, which the writer
+  // does not see, outweighs them (8 KiB two-rank all-reduce: 1.5 us cached, 1.9 streamed as
+  // chosen by the writer's figures). Small chunks timed whole use streamNextWhole instead.
   static constexpr size_t kMinBytes = 16 * 1024;
   static constexpr uint32_t kExplorePeriod = 64;
 
@@ -83,6 +83,27 @@ class SlotStreamPolicy {
     // always on the same side of the period.
     return ++largeSlots_[kind] % kExplorePeriod == 0 ? !prefer : prefer;
   }
+  // The same for a small chunk whose whole exchange the caller times (its stores, the wait for
+  // the peers and the reads of what they wrote, so that the reader's cost of streamed lines is
+  // in the figure, where the writer's stores alone would miss it): any size is chosen by
+  // measurement. Every kWholeExplorePeriod-th chunk tries the other kind; of the others every
+  // kWholeSamplePeriod-th is timed (a time-stamp read costs about 10 ns on the development VM,
+  // a few percent of a 2 KiB all-reduce). The caller gives each size class a kind of its own
+  // (rates of different sizes do not compare), and the explore period is prime so that calls
+  // cycling through classes or sizes still explore at every position of the cycle.
+  static constexpr uint32_t kWholeExplorePeriod = 61;
+  static constexpr uint32_t kWholeSamplePeriod = 8;
+  struct WholeChoice {
+    bool stream;  // write this chunk with streaming stores
+    bool timed;   // time it and record the figure
+  };
+  WholeChoice chooseWhole(SlotStreamMode mode, int kind) {
+    if (mode != SlotStreamMode::kAdaptive) return {mode == SlotStreamMode::kAlways, false};
+    const bool prefer = choosers_[kind].preferStreamed();
+    const uint32_t n = ++largeSlots_[kind];
+    if (n % kWholeExplorePeriod == 0) return {!prefer, true};
+    return {prefer, n % kWholeSamplePeriod == 0};
+  }
   // Whether steps of this size are measured (record is then called for them).
   static bool measured(SlotStreamMode mode, size_t bytes) {
     return mode == SlotStreamMode::kAdaptive && bytes >= kMinBytes;
@@ -94,7 +115,7 @@ class SlotStreamPolicy {
 
  private:
   SlotStreamChooser choosers_[kStepKinds];
-  uint32_t largeSlots_[kStepKinds] = {};  // slots of at least kMinBytes sent so far, by kind
+  uint32_t largeSlots_[kStepKinds] = {};  // measured slots or chunks sent so far, by kind
 };
 
 }  // namespace chorus

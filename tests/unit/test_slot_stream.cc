@@ -137,5 +137,54 @@ TEST(SlotStream, SmallSlotsAndForcedModes) {
   EXPECT_FALSE(SlotStreamPolicy::measured(SlotStreamMode::kNever, kSlot));
 }
 
+// Small chunks timed whole (stores, wait and reads): any size is chosen by measurement, the
+// other kind tried every kWholeExplorePeriod-th chunk and every kWholeSamplePeriod-th of the
+// others timed; the forced modes still force and time nothing.
+TEST(SlotStream, SmallChunksTimedWholeChooseByMeasurement) {
+  SlotStreamPolicy p;
+  const int period = static_cast<int>(SlotStreamPolicy::kWholeExplorePeriod);
+  constexpr size_t kChunk = 8 * 1024;
+  int streamed = 0, timed = 0;
+  auto chunks = [&](int n, int64_t cachedNs, int64_t streamedNs) {
+    streamed = timed = 0;
+    for (int i = 0; i < n; ++i) {
+      SlotStreamPolicy::WholeChoice c = p.chooseWhole(SlotStreamMode::kAdaptive, 4);
+      streamed += c.stream ? 1 : 0;
+      if (!c.timed) continue;
+      ++timed;
+      p.record(4, c.stream, kChunk, c.stream ? streamedNs : cachedNs);
+    }
+  };
+  // Cached chunks take 1.5 us, streamed 1.9 (a near reader): cached, one explore per period,
+  // and about one chunk in kWholeSamplePeriod timed besides.
+  chunks(8 * period, 1500, 1900);
+  EXPECT_EQ(streamed, 8);
+  EXPECT_FALSE(p.chooser(4).preferStreamed());
+  EXPECT_GE(timed, 8 + 8 * (period - 1) / 8 - 1);
+  EXPECT_LE(timed, 8 + 8 * period / 8 + 1);
+  // The reader moves far: cached chunks take 4.6 us, streamed 1.9. Streaming within a period,
+  // then only the explores go cached.
+  chunks(period, 4600, 1900);
+  EXPECT_TRUE(p.chooser(4).preferStreamed());
+  chunks(2 * period, 4600, 1900);
+  EXPECT_EQ(streamed, 2 * period - 2);
+  // Near again: the cached explores bring it back.
+  chunks(8 * period, 1500, 1900);
+  EXPECT_FALSE(p.chooser(4).preferStreamed());
+  // The explores do not follow a short cycle of calls: with chunks alternating between two
+  // callers, both positions of the cycle explore.
+  int explored[2] = {0, 0};
+  for (int i = 0; i < 2 * period; ++i)
+    if (p.chooseWhole(SlotStreamMode::kAdaptive, 4).stream) ++explored[i % 2];
+  EXPECT_EQ(explored[0], 1);
+  EXPECT_EQ(explored[1], 1);
+  for (int i = 0; i < 200; ++i) {
+    SlotStreamPolicy::WholeChoice always = p.chooseWhole(SlotStreamMode::kAlways, 4);
+    SlotStreamPolicy::WholeChoice never = p.chooseWhole(SlotStreamMode::kNever, 4);
+    EXPECT_TRUE(always.stream && !always.timed);
+    EXPECT_FALSE(never.stream || never.timed);
+  }
+}
+
 }  // namespace
 }  // namespace chorus
