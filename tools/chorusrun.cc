@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/random.h>
 #include <sys/resource.h>
@@ -49,6 +50,9 @@ void usage(FILE* out) {
       "  -n, --nranks N       number of ranks, 1..%d (required)\n"
       "  -x VAR=VALUE         set VAR in every rank's environment (repeatable)\n"
       "  --timeout SECONDS    terminate all ranks after SECONDS; exit status 124\n"
+      "  --bind cpu|none      cpu (default): bind each rank to a block of the CPUs chorusrun\n"
+      "                       may use, in rank order: C/N of them each for N ranks on C CPUs,\n"
+      "                       one CPU shared by consecutive ranks when N > C; none: no binding\n"
       "  --no-prefix          relay output lines without the \"[rank] \" prefix\n"
       "  -h, --help           show this help\n",
       static_cast<int>(kKillGrace.count()), kMaxRanks);
@@ -63,6 +67,7 @@ struct Options {
   int nranks = 0;
   bool prefix = true;
   double timeoutSec = 0;
+  bool bind = true;
   std::vector<std::string> extraEnv;
   std::vector<char*> command;  // null-terminated for execvp
 };
@@ -110,6 +115,10 @@ Options parseOptions(int argc, char** argv) {
       opt.timeoutSec = t;
     } else if (arg == "--no-prefix") {
       opt.prefix = false;
+    } else if (arg == "--bind") {
+      std::string v = value("--bind");
+      if (v != "cpu" && v != "none") usageError("--bind expects cpu or none, got '" + v + "'");
+      opt.bind = v == "cpu";
     } else {
       usageError("unknown option '" + arg + "'");
     }
@@ -282,9 +291,33 @@ void raiseFdLimit(int nranks) {
   }
 }
 
+// The CPUs rank r of n runs on: the r-th of n equal blocks of the allowed CPUs, in order (so
+// consecutive ranks, which rings and trees make neighbours, share a core when ranks outnumber
+// CPUs), at least one CPU each.
+cpu_set_t cpuBlock(const std::vector<int>& cpus, int r, int n) {
+  const size_t c = cpus.size();
+  size_t begin = static_cast<size_t>(r) * c / static_cast<size_t>(n);
+  size_t end = std::max(begin + 1, static_cast<size_t>(r + 1) * c / static_cast<size_t>(n));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (size_t i = begin; i < end && i < c; ++i) CPU_SET(cpus[i], &set);
+  return set;
+}
+
+std::vector<int> allowedCpus() {
+  std::vector<int> cpus;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  return cpus;
+}
+
 class Launcher {
  public:
-  explicit Launcher(const Options& opt) : opt_(opt), ranks_(opt.nranks) {}
+  explicit Launcher(const Options& opt)
+      : opt_(opt), ranks_(opt.nranks), cpus_(opt.bind ? allowedCpus() : std::vector<int>()) {}
 
   int run() {
     installSignalHandlers();
@@ -368,6 +401,12 @@ class Launcher {
     setenv("CHORUS_NRANKS", n.c_str(), 1);
     setenv("CHORUS_LOCAL_RANK", rs.c_str(), 1);
     setenv("CHORUS_LOCAL_NRANKS", n.c_str(), 1);
+    if (!cpus_.empty()) {
+      cpu_set_t set = cpuBlock(cpus_, r, opt_.nranks);
+      if (sched_setaffinity(0, sizeof(set), &set) != 0)
+        std::fprintf(stderr, "chorusrun: rank %d runs unbound (sched_setaffinity: %s)\n", r,
+                     std::strerror(errno));
+    }
     execvp(opt_.command[0], opt_.command.data());
     std::fprintf(stderr, "chorusrun: cannot execute '%s': %s\n", opt_.command[0],
                  std::strerror(errno));
@@ -520,6 +559,7 @@ class Launcher {
 
   const Options& opt_;
   std::vector<Rank> ranks_;
+  std::vector<int> cpus_;  // the CPUs ranks are bound to blocks of (empty: unbound)
   int exitCode_ = 0;
   bool terminating_ = false;
   bool forwarded_ = false;

@@ -21,12 +21,18 @@ namespace chorus {
 constexpr int kMaxExtraAddrs = 3;
 
 // What every rank publishes about itself at init (exchanged with allGather; plain data).
+constexpr int kCpuMaskBits = 1024;
+
 struct PeerInfo {
   int32_t rank;
   int32_t pid;
   uint64_t hostId;
   int32_t shmDisabled;
-  int32_t cpus;              // CPU cores this process may run on
+  int32_t cpus;  // CPU cores this process may run on
+  // Which of CPUs 0..kCpuMaskBits-1 those are (one bit per CPU); cpuMaskComplete is 0 when it
+  // may also run on CPUs past them.
+  uint64_t cpuMask[kCpuMaskBits / 64];
+  int32_t cpuMaskComplete;
   uint64_t nonce;            // random; rank 0's names the communicator
   sockaddr_storage address;  // the interface the bootstrap chose (data listeners bind here)
   char ifname[16];           // that interface's name ("" when unknown)

@@ -52,12 +52,47 @@ uint64_t randomNonce() {
   return v;
 }
 
-int usableCpus() {
+// The CPUs this process may run on: their count, and which of the first kCpuMaskBits they are.
+void describeCpus(PeerInfo* me) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
+  std::memset(me->cpuMask, 0, sizeof(me->cpuMask));
+  me->cpuMaskComplete = 0;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    me->cpus = n > 0 ? static_cast<int>(n) : 1;
+    return;
+  }
+  me->cpus = CPU_COUNT(&set);
+  int inMask = 0;
+  for (int cpu = 0; cpu < kCpuMaskBits && cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &set)) continue;
+    me->cpuMask[cpu / 64] |= uint64_t{1} << (cpu % 64);
+    ++inMask;
+  }
+  me->cpuMaskComplete = inMask == me->cpus ? 1 : 0;
+}
+
+// Cores per rank on one host: the fewest any of its ranks may run on, and no more than its
+// share of all the CPUs they may run on together (ranks bound to CPUs of their own, as a
+// launcher binds them, each have one core; four ranks on two cores half of one, however they
+// are bound). Without complete masks, the fewest CPUs any rank may use, shared by all.
+double hostCoresPerRank(const std::vector<PeerInfo>& peers, uint64_t hostId) {
+  int local = 0, fewest = 1 << 30;
+  bool complete = true;
+  uint64_t all[kCpuMaskBits / 64] = {};
+  for (const PeerInfo& p : peers) {
+    if (p.hostId != hostId) continue;
+    ++local;
+    fewest = std::min(fewest, std::max(1, static_cast<int>(p.cpus)));
+    complete = complete && p.cpuMaskComplete != 0;
+    for (int w = 0; w < kCpuMaskBits / 64; ++w) all[w] |= p.cpuMask[w];
+  }
+  if (local == 0) return 1e9;
+  if (!complete) return static_cast<double>(fewest) / local;
+  int together = 0;
+  for (uint64_t w : all) together += __builtin_popcountll(w);
+  return std::min(static_cast<double>(fewest), static_cast<double>(std::max(1, together)) / local);
 }
 
 // "4 KiB" style label of the power-of-two size class that bytes falls in.
@@ -138,7 +173,7 @@ Status Communicator::init(const UniqueIdInfo& id) {
   me.pid = getpid();
   me.hostId = localHostId();
   me.shmDisabled = paramInt("SHM_DISABLE") != 0 ? 1 : 0;
-  me.cpus = usableCpus();
+  describeCpus(&me);
   me.nonce = randomNonce();
   me.address = bootstrap_->localAddress();
   describeLocalPlacement(me.address, *topo.value(), &me);
@@ -174,14 +209,10 @@ Status Communicator::init(const UniqueIdInfo& id) {
   tuning_.nnodes = static_cast<int>(hosts.size());
   tuning_.coresPerRank = 1e9;
   for (uint64_t h : hosts) {
-    int local = 0, cpus = 1 << 30;
-    for (const PeerInfo& p : peers_)
-      if (p.hostId == h) {
-        ++local;
-        cpus = std::min(cpus, std::max(1, static_cast<int>(p.cpus)));
-      }
+    int local = 0;
+    for (const PeerInfo& p : peers_) local += p.hostId == h ? 1 : 0;
     tuning_.localRanks = std::max(tuning_.localRanks, local);
-    tuning_.coresPerRank = std::min(tuning_.coresPerRank, static_cast<double>(cpus) / local);
+    tuning_.coresPerRank = std::min(tuning_.coresPerRank, hostCoresPerRank(peers_, h));
   }
   tuning_.shm = !anyShmDisabled;
   // Spinning pays while every rank has a core; with more ranks than cores a waiting rank holds

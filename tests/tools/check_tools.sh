@@ -2,7 +2,7 @@
 # Command-line behaviour of the tools and the TUNING log: chorus-tune prints decision tables and
 # refuses bad overrides, a communicator logs each (collective, size class) decision once, a bad
 # CHORUS_ALGO fails init with a message naming it, and chorus-topo --comm describes the ring and
-# trees of a communicator.
+# trees of a communicator; chorusrun binds ranks to blocks of its CPUs.
 # usage: check_tools.sh <chorusrun> <chorus-tune> <chorus-topo> <all_reduce_perf> <fixtures dir>
 set -u
 run=$1 tune=$2 topo=$3 perf=$4 fixtures=$5
@@ -101,6 +101,40 @@ echo '{"chorus_topology": 1, "hostname": 3}' > "$tmp/bad.json"
 "$topo" --file "$tmp/bad.json" > "$tmp/badjson.txt" 2>&1
 check "a malformed topology file names the file, position and key" \
   $(grep -qE "$tmp/bad.json:1:[0-9]+: hostname: " "$tmp/badjson.txt"; echo $?)
+
+# chorusrun --bind: rank r of N gets the r-th of N blocks of chorusrun's own CPUs (at least one
+# CPU); --bind none leaves every rank all of them; a communicator of bound ranks counts the CPUs
+# they have together, not one rank's share of its own block.
+cpus=()
+for part in $(grep Cpus_allowed_list /proc/self/status | cut -f2 | tr ',' ' '); do
+  if [[ $part == *-* ]]; then
+    for ((c = ${part%-*}; c <= ${part#*-}; c++)); do cpus+=("$c"); done
+  else
+    cpus+=("$part")
+  fi
+done
+ncpu=${#cpus[@]}
+block() {  # rank, nranks -> "count first"
+  local b=$(($1 * ncpu / $2)) e=$((($1 + 1) * ncpu / $2))
+  [ $e -le $b ] && e=$((b + 1))
+  echo "$((e - b)) ${cpus[$b]}"
+}
+placement='echo "$CHORUS_RANK $(nproc) $(grep Cpus_allowed_list /proc/self/status | cut -f2 | cut -d, -f1 | cut -d- -f1)"'
+timeout 60 "$run" -n 4 --no-prefix sh -c "$placement" | sort -n > "$tmp/bind.txt" 2>&1
+ok=0
+for r in 0 1 2 3; do
+  [ "$(sed -n "$((r + 1))p" "$tmp/bind.txt")" = "$r $(block $r 4)" ] || ok=1
+done
+check "chorusrun binds rank r of 4 to the r-th block of its $ncpu CPUs" $ok
+timeout 60 "$run" -n 3 --bind none --no-prefix sh -c "$placement" > "$tmp/nobind.txt" 2>&1
+check "chorusrun --bind none leaves each rank all $ncpu CPUs" \
+  $([ "$(awk -v n=$ncpu '$2 == n' "$tmp/nobind.txt" | wc -l)" -eq 3 ]; echo $?)
+fewest=$(for r in 0 1; do block $r 2; done | awk 'NR == 1 || $1 < m {m = $1} END {print m}')
+want=$(awk -v f="$fewest" -v n="$ncpu" 'BEGIN {c = n / 2; if (f < c) c = f; printf "%.2f", c}')
+CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=TUNING timeout 120 "$run" -n 2 "$perf" -b 8 -e 8 -n 2 \
+  -w 1 > "$tmp/boundcores.txt" 2>&1
+check "two bound ranks count $want cores per rank" \
+  $(grep -q "at most 2 per host, $want cores per rank" "$tmp/boundcores.txt"; echo $?)
 
 if [ $failures -ne 0 ]; then
   echo "---- outputs"
