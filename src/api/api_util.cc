@@ -70,7 +70,9 @@ Status checkType(ncclDataType_t type, const char* fn) {
 Status checkBuffer(const void* ptr, size_t count, size_t multiplier, ncclDataType_t type,
                    const char* name, const char* fn) {
   size_t elt = dataTypeSize(static_cast<DataType>(type));
-  if (multiplier != 0 && count > SIZE_MAX / 2 / elt / multiplier)
+  size_t eltTimes = 0, bytes = 0;
+  if (__builtin_mul_overflow(elt, multiplier, &eltTimes) ||
+      __builtin_mul_overflow(count, eltTimes, &bytes) || bytes > SIZE_MAX / 2)
     return invalidArgument("%s: count %zu of %s overflows the address space", fn, count,
                            dataTypeName(static_cast<DataType>(type)));
   if (count > 0 && ptr == nullptr) return invalidArgument("%s: %s is NULL", fn, name);

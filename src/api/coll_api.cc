@@ -103,9 +103,7 @@ Status launch(ncclComm_t comm, Communicator& impl, Collective collective, const 
     groupEnqueueColl(comm, work, [held](std::vector<HostWork>& works) { return held->run(works); });
     return Status::ok();
   }
-  thread_local std::vector<HostWork> works;  // reused: no allocation per call
-  works.assign(1, work);
-  return impl.run(works);
+  return impl.run(&work, 1);
 }
 
 }  // namespace

@@ -529,11 +529,12 @@ Status Communicator::ensureDirect() {
   return Status::ok();
 }
 
-Status Communicator::run(std::vector<HostWork>& works) {
+Status Communicator::run(HostWork* works, size_t n) {
   CHORUS_TRY(checkUsable());
   int channels = 1;
   bool tree = false, direct = false, rd = false;
-  for (HostWork& w : works) {
+  for (size_t k = 0; k < n; ++k) {
+    HostWork& w = works[k];
     const size_t elt = dataTypeSize(w.args.type);
     size_t bytes = w.args.count * elt;
     if (w.coll == Collective::kAllGather || w.coll == Collective::kReduceScatter)
@@ -569,7 +570,7 @@ Status Communicator::run(std::vector<HostWork>& works) {
   resources.direct = direct_.get();
   resources.directStores = &directStores_;
   resources.rd = rdConns_.empty() ? nullptr : &rdConns_;
-  Status s = hostLaunch(exec_, works, resources);
+  Status s = hostLaunch(exec_, works, n, resources);
   if (!s.isOk()) return explain(s);
   return s;
 }

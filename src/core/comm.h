@@ -60,7 +60,8 @@ class Communicator final : public ErrorSink {
 
   // Runs collectives on host buffers as one launch, in order; the selector fills in each work's
   // algorithm and channel count, and links they need are connected on first use.
-  Status run(std::vector<HostWork>& works);
+  Status run(HostWork* works, size_t n);
+  Status run(std::vector<HostWork>& works) { return run(works.data(), works.size()); }
   // What the selector picks for one call of coll moving `bytes` (the nccl-tests size).
   Decision decide(Collective coll, size_t bytes) const;
   const TuningInfo& tuningInfo() const { return tuning_; }

@@ -18,11 +18,15 @@ struct Queue {
 };
 
 struct GroupState {
-  int depth = 0;
   std::vector<Queue> queues;
 };
 
 thread_local GroupState tGroup;
+// Apart from the queues and of a plain type in the initial-exec model: every collective call
+// looks at it, and that way the look is one load, without a call to resolve the variable or
+// to construct the queues (a few bytes of the static TLS block, which libraries loaded with
+// dlopen may use too).
+__attribute__((tls_model("initial-exec"))) thread_local int tGroupDepth = 0;
 
 Status runQueue(Queue& q) {
   for (auto& task : q.tasks) {
@@ -44,11 +48,11 @@ Queue& queueFor(const void* key) {
 }  // namespace
 
 bool groupActive() {
-  return tGroup.depth > 0;
+  return tGroupDepth > 0;
 }
 
 void groupStart() {
-  ++tGroup.depth;
+  ++tGroupDepth;
 }
 
 void groupEnqueue(const void* key, std::function<Status()> task) {
@@ -68,9 +72,9 @@ void groupEnqueueP2p(const void* key, const P2pOp& op, const P2pRunner& runner) 
 }
 
 Status groupEnd() {
-  if (tGroup.depth == 0)
+  if (tGroupDepth == 0)
     return invalidUsage("ncclGroupEnd called without a matching ncclGroupStart");
-  if (--tGroup.depth > 0) return Status::ok();
+  if (--tGroupDepth > 0) return Status::ok();
   std::vector<Queue> queues = std::move(tGroup.queues);
   tGroup.queues.clear();
   if (queues.empty()) return Status::ok();

@@ -61,20 +61,19 @@ Status runWork(const ExecContext& ctx, const HostWork& w, int channel,
 
 }  // namespace
 
-Status hostLaunch(const ExecContext& ctx, const std::vector<HostWork>& works,
+Status hostLaunch(const ExecContext& ctx, const HostWork* works, size_t n,
                   const LaunchResources& resources) {
   int nthreads = 1;
   if (ctx.nranks > 1)
-    for (const HostWork& w : works)
-      if (w.algo == Algorithm::kRing) nthreads = std::max(nthreads, w.args.nchannels);
+    for (size_t k = 0; k < n; ++k)
+      if (works[k].algo == Algorithm::kRing) nthreads = std::max(nthreads, works[k].args.nchannels);
   nthreads = std::min(nthreads, static_cast<int>(ctx.channels->size()));
   if (nthreads <= 1 || ctx.workers == nullptr) {
-    for (const HostWork& w : works) CHORUS_TRY(runWork(ctx, w, 0, resources));
+    for (size_t k = 0; k < n; ++k) CHORUS_TRY(runWork(ctx, works[k], 0, resources));
     return Status::ok();
   }
   Status results[kMaxChannels];
   LocalBarrier barrier;
-  const size_t n = works.size();
   ctx.workers->run(nthreads, [&](int c) {
     for (size_t k = 0; k < n; ++k) {
       // After a failure this thread only keeps the barrier so that the others finish.

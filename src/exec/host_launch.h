@@ -30,7 +30,8 @@ struct LaunchResources {
   std::vector<P2pConnection>* rd = nullptr;  // by peer: the recursive-doubling partners
 };
 
-Status hostLaunch(const ExecContext& ctx, const std::vector<HostWork>& works,
+// Runs works[0..n) in order (all channels through one call before the next).
+Status hostLaunch(const ExecContext& ctx, const HostWork* works, size_t n,
                   const LaunchResources& resources);
 
 }  // namespace chorus
