@@ -34,6 +34,11 @@ const std::vector<ParamDef> kParams = {
      "Seconds to wait for all ranks to join at init before failing with the missing ranks", false},
     {"TIMEOUT", ParamType::kInt, "600",
      "Seconds any wait for a peer may last before the operation fails (0: wait forever)", false},
+    {"PEER_WATCH_MS", ParamType::kInt, "100",
+     "Milliseconds between looks at whether the ranks on this host are still there (a lock "
+     "each holds that goes with its process); a rank that is gone fails the communicator's "
+     "calls at once instead of after TIMEOUT (0: no watch)",
+     false},
     // Network
     {"SOCKET_IFNAME", ParamType::kString, "",
      "Interfaces for sockets: prefix list (eth,ens), ^ to exclude, = for exact names", true},

@@ -114,9 +114,10 @@ Communicator::Communicator(int rank, int nranks, const CommOptions& options)
     : rank_(rank), nranks_(nranks), options_(options) {}
 
 Communicator::~Communicator() {
-  // Idle channel workers go first. The proxies then deliver what was posted (peers may still
-  // be receiving the end of the last collective), and stop before the members they report
-  // errors to go away.
+  // The watch first: it reports into this communicator. Then idle channel workers. The
+  // proxies then deliver what was posted (peers may still be receiving the end of the last
+  // collective), and stop before the members they report errors to go away.
+  peerWatch_.reset();
   workers_.reset();
   direct_.reset();
   socket_.reset();
@@ -227,6 +228,7 @@ Status Communicator::init(const UniqueIdInfo& id) {
     if (slowest > 0) tuning_.netLinkGBps = slowest / 8000.0;
   }
   tuning_.directPossible = tuning_.nnodes == 1 && !anyShmDisabled && nranks_ > 1;
+  if (nranks_ > 1) CHORUS_TRY(startPeerWatch(anyShmDisabled));
   // Rings and trees keep each host's ranks together.
   std::vector<uint64_t> hostOfRank(nranks_);
   for (int r = 0; r < nranks_; ++r) hostOfRank[r] = peers_[r].hostId;
@@ -613,6 +615,41 @@ Status Communicator::p2p(const std::vector<P2pOp>& ops) {
   if (s.isOk()) s = hostP2p(exec_, ops, p2pConns_);
   if (!s.isOk()) return explain(s);
   return s;
+}
+
+// Every rank passes the same two barriers (whatever its own settings), so that ranks which
+// watch and ranks which do not still meet; a rank watches the local peers whose lock files it
+// finds.
+Status Communicator::startPeerWatch(bool anyShmDisabled) {
+  const int64_t intervalMs = paramInt("PEER_WATCH_MS");
+  std::vector<PeerWatch::Peer> local;
+  for (int r = 0; r < nranks_; ++r)
+    if (r != rank_ && peers_[r].hostId == peers_[rank_].hostId) local.push_back({r, peers_[r].pid});
+  const bool wanted = !local.empty() && !anyShmDisabled && intervalMs > 0;
+  const std::string prefix = "/chorus-" + transportCtx_.commTag;
+  std::unique_ptr<PeerWatch> watch;
+  if (wanted) {
+    Result<std::unique_ptr<PeerWatch>> w = PeerWatch::create(prefix, rank_);
+    // Without its lock a rank is only not watched by its peers: say so and go on.
+    if (w.isOk())
+      watch = w.take();
+    else
+      LOG_WARN(kSubsysInit, "rank %d: no liveness lock: %s", rank_, w.status().message().c_str());
+  }
+  CHORUS_TRY(bootstrap_->barrier());
+  if (watch) {
+    std::vector<PeerWatch::Peer> found;
+    for (const PeerWatch::Peer& p : local)
+      if (peerWatchExists(prefix, p.rank)) found.push_back(p);
+    CHORUS_TRY(watch->watch(found, static_cast<int>(intervalMs),
+                            [this](const Status& s) { reportAsyncError(s); }));
+  }
+  CHORUS_TRY(bootstrap_->barrier());
+  if (watch) {
+    watch->unlinkOwn();
+    peerWatch_ = std::move(watch);
+  }
+  return Status::ok();
 }
 
 Status Communicator::explain(const Status& failure) const {

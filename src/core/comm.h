@@ -12,6 +12,7 @@
 #include "algorithms/algorithm.h"
 #include "algorithms/selector.h"
 #include "bootstrap/bootstrap.h"
+#include "core/peer_watch.h"
 #include "common/status.h"
 #include "common/wait.h"
 #include "exec/host_executor.h"
@@ -98,6 +99,7 @@ class Communicator final : public ErrorSink {
   Transport* transportFor(const PeerInfo& peer);
   // Turns an executor failure into the error the user should see (the async cause first).
   Status explain(const Status& failure) const;
+  Status startPeerWatch(bool anyShmDisabled);
 
   int rank_;
   int nranks_;
@@ -124,7 +126,8 @@ class Communicator final : public ErrorSink {
   };
   CachedDecision lastDecision_[static_cast<int>(Collective::kCount)];
   std::unique_ptr<ChannelWorkers> workers_;
-  TreeLinks trees_;  // connected when the selector first picks the tree
+  std::unique_ptr<PeerWatch> peerWatch_;  // the ranks on this host (null: none, or not watched)
+  TreeLinks trees_;                       // connected when the selector first picks the tree
   bool treesConnected_ = false;
   std::unique_ptr<DirectRegion> direct_;
   SlotStreamPolicy directStores_;  // how this rank writes direct_'s buffers  // made when a direct

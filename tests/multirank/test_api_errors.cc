@@ -289,6 +289,63 @@ TEST(PeerFailure, DeadPeerOverSocketsFailsFastNamingIt) {
   }
 }
 
+// Over shared memory a dead peer closes nothing; its liveness lock goes with its process, so
+// the survivor's next collective (one-shot for 8 B, the ring for 1 MiB) fails within the watch
+// interval, naming the rank, instead of waiting for the timeout.
+TEST(PeerFailure, DeadPeerOverShmFailsFastNamingIt) {
+  for (size_t count : {size_t(2), size_t(1) << 18}) {
+    chorus_test::runRanks(
+        2, chorus_test::RankMode::kProcesses, {"CHORUS_TIMEOUT=120"},
+        [&](int rank, int, ncclComm_t& comm) {
+          std::vector<float> v(count, 1.0f);
+          ASSERT_EQ(ncclAllReduce(v.data(), v.data(), count, ncclFloat, ncclSum, comm, nullptr),
+                    ncclSuccess)
+              << lastError(comm);
+          if (rank == 1) _exit(0);  // dies without destroying anything
+          auto start = std::chrono::steady_clock::now();
+          ncclResult_t r =
+              ncclAllReduce(v.data(), v.data(), count, ncclFloat, ncclSum, comm, nullptr);
+          const double seconds =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          EXPECT_EQ(r, ncclRemoteError);
+          EXPECT_LT(seconds, 30.0) << "the failure waited for the timeout";
+          std::string e = lastError(comm);
+          EXPECT_NE(e.find("rank 1 (pid"), std::string::npos) << e;
+          EXPECT_NE(e.find("ended without destroying its communicator"), std::string::npos) << e;
+          ncclResult_t async = ncclSuccess;
+          EXPECT_EQ(ncclCommGetAsyncError(comm, &async), ncclSuccess);
+          EXPECT_EQ(async, ncclRemoteError);
+          EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess) << lastError(comm);
+          comm = nullptr;
+        });
+  }
+}
+
+// A peer that destroys its communicator first is not taken for a dead one: the other rank's
+// communicator, watched for 30 intervals after that, reports no error and is destroyed without
+// one.
+TEST(PeerFailure, PeerThatDestroysFirstIsNoError) {
+  chorus_test::runRanks(
+      2, chorus_test::RankMode::kProcesses, {"CHORUS_PEER_WATCH_MS=10"},
+      [&](int rank, int, ncclComm_t& comm) {
+        std::vector<float> v(64, 1.0f);
+        ASSERT_EQ(ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm, nullptr),
+                  ncclSuccess)
+            << lastError(comm);
+        if (rank == 1) {
+          ASSERT_EQ(ncclCommDestroy(comm), ncclSuccess);
+          comm = nullptr;
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // 30 watch intervals
+        ncclResult_t async = ncclInternalError;
+        EXPECT_EQ(ncclCommGetAsyncError(comm, &async), ncclSuccess);
+        EXPECT_EQ(async, ncclSuccess) << lastError(comm);
+        EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess) << lastError(comm);
+        comm = nullptr;
+      });
+}
+
 // One thread drives several ranks: ncclCommInitAll and grouped collectives.
 TEST(GroupCalls, InitAllAndGroupedAllReduce) {
   const int n = 3;
