@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -258,67 +259,60 @@ TEST(ApiErrors, AbortFromAnotherThreadEndsAWait) {
       });
 }
 
-// A peer process that dies: over sockets its connections close with it, so the survivor's next
-// collective (recursive doubling for 8 B, the ring for 1 MiB) fails at once with an error that
-// names it, long before the timeout, and the communicator can still be destroyed.
+// Two processes each do one all-reduce of count floats; then rank 1 dies without destroying
+// anything, and rank 0 makes up to `calls` more (data in flight may still be taken before the
+// loss is seen). The failure must come long before the timeout (120 s), name rank 1, and leave
+// a communicator that can be destroyed; `check` looks at the result and the message.
+void expectDeadPeerFailsFast(
+    const std::vector<std::string>& env, size_t count, int calls,
+    const std::function<void(ncclResult_t, const std::string&, ncclComm_t)>& check) {
+  std::vector<std::string> all = env;
+  all.push_back("CHORUS_TIMEOUT=120");
+  chorus_test::runRanks(
+      2, chorus_test::RankMode::kProcesses, all, [&](int rank, int, ncclComm_t& comm) {
+        std::vector<float> v(count, 1.0f);
+        ASSERT_EQ(ncclAllReduce(v.data(), v.data(), count, ncclFloat, ncclSum, comm, nullptr),
+                  ncclSuccess)
+            << lastError(comm);
+        if (rank == 1) _exit(0);
+        auto start = std::chrono::steady_clock::now();
+        ncclResult_t r = ncclSuccess;
+        for (int i = 0; i < calls && r == ncclSuccess; ++i)
+          r = ncclAllReduce(v.data(), v.data(), count, ncclFloat, ncclSum, comm, nullptr);
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        EXPECT_NE(r, ncclSuccess);
+        EXPECT_LT(seconds, 30.0) << "the failure waited for the timeout";
+        std::string e = lastError(comm);
+        EXPECT_NE(e.find("rank 1"), std::string::npos) << e;
+        check(r, e, comm);
+        EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess) << lastError(comm);
+        comm = nullptr;
+      });
+}
+
+// Over sockets a dead peer's connections close with it: the survivor's next collective
+// (recursive doubling for 8 B, the ring for 1 MiB) fails at once.
 TEST(PeerFailure, DeadPeerOverSocketsFailsFastNamingIt) {
-  for (size_t count : {size_t(2), size_t(1) << 18}) {
-    chorus_test::runRanks(
-        2, chorus_test::RankMode::kProcesses, {"CHORUS_SHM_DISABLE=1", "CHORUS_TIMEOUT=120"},
-        [&](int rank, int, ncclComm_t& comm) {
-          std::vector<float> v(count, 1.0f);
-          // One call that both ranks finish: the connections of this size exist.
-          ASSERT_EQ(ncclAllReduce(v.data(), v.data(), count, ncclFloat, ncclSum, comm, nullptr),
-                    ncclSuccess)
-              << lastError(comm);
-          if (rank == 1) _exit(0);  // dies without destroying anything
-          auto start = std::chrono::steady_clock::now();
-          ncclResult_t r = ncclSuccess;
-          // Data in flight may still be taken before the closed connection is seen.
-          for (int i = 0; i < 3 && r == ncclSuccess; ++i)
-            r = ncclAllReduce(v.data(), v.data(), count, ncclFloat, ncclSum, comm, nullptr);
-          const double seconds =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          EXPECT_NE(r, ncclSuccess);
-          EXPECT_LT(seconds, 60.0) << "the failure waited for the timeout";
-          std::string e = lastError(comm);
-          EXPECT_NE(e.find("rank 1"), std::string::npos) << e;
-          EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess) << lastError(comm);
-          comm = nullptr;
-        });
-  }
+  for (size_t count : {size_t(2), size_t(1) << 18})
+    expectDeadPeerFailsFast({"CHORUS_SHM_DISABLE=1"}, count, 3,
+                            [](ncclResult_t, const std::string&, ncclComm_t) {});
 }
 
 // Over shared memory a dead peer closes nothing; its liveness lock goes with its process, so
 // the survivor's next collective (one-shot for 8 B, the ring for 1 MiB) fails within the watch
-// interval, naming the rank, instead of waiting for the timeout.
+// interval, with a remote error that says what happened, also as the communicator's async
+// error.
 TEST(PeerFailure, DeadPeerOverShmFailsFastNamingIt) {
-  for (size_t count : {size_t(2), size_t(1) << 18}) {
-    chorus_test::runRanks(
-        2, chorus_test::RankMode::kProcesses, {"CHORUS_TIMEOUT=120"},
-        [&](int rank, int, ncclComm_t& comm) {
-          std::vector<float> v(count, 1.0f);
-          ASSERT_EQ(ncclAllReduce(v.data(), v.data(), count, ncclFloat, ncclSum, comm, nullptr),
-                    ncclSuccess)
-              << lastError(comm);
-          if (rank == 1) _exit(0);  // dies without destroying anything
-          auto start = std::chrono::steady_clock::now();
-          ncclResult_t r =
-              ncclAllReduce(v.data(), v.data(), count, ncclFloat, ncclSum, comm, nullptr);
-          const double seconds =
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          EXPECT_EQ(r, ncclRemoteError);
-          EXPECT_LT(seconds, 30.0) << "the failure waited for the timeout";
-          std::string e = lastError(comm);
-          EXPECT_NE(e.find("rank 1 (pid"), std::string::npos) << e;
-          EXPECT_NE(e.find("ended without destroying its communicator"), std::string::npos) << e;
-          ncclResult_t async = ncclSuccess;
-          EXPECT_EQ(ncclCommGetAsyncError(comm, &async), ncclSuccess);
-          EXPECT_EQ(async, ncclRemoteError);
-          EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess) << lastError(comm);
-          comm = nullptr;
-        });
-  }
+  for (size_t count : {size_t(2), size_t(1) << 18})
+    expectDeadPeerFailsFast({}, count, 1, [](ncclResult_t r, const std::string& e, ncclComm_t c) {
+      EXPECT_EQ(r, ncclRemoteError);
+      EXPECT_NE(e.find("rank 1 (pid"), std::string::npos) << e;
+      EXPECT_NE(e.find("ended without destroying its communicator"), std::string::npos) << e;
+      ncclResult_t async = ncclSuccess;
+      EXPECT_EQ(ncclCommGetAsyncError(c, &async), ncclSuccess);
+      EXPECT_EQ(async, ncclRemoteError);
+    });
 }
 
 // A peer that destroys its communicator first is not taken for a dead one: the other rank's
