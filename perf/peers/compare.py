@@ -545,8 +545,8 @@ def report(a, res, libs, table):
     cols = [label(l) for l in libs] + ["best peer", "Chorus / best peer"]
     if bound is not None and "chorus" in libs:
         cols.append("Chorus / bound")
-    staged = bool(res["exchange"])
-    if staged:
+    transfer = bool(res["exchange"])
+    if transfer:
         cols += ["pull", "staged"]
         if "chorus" in libs:
             cols.append("Chorus / pull")
@@ -559,7 +559,7 @@ def report(a, res, libs, table):
         if bound is not None and "chorus" in libs:
             c = row["busbw"].get("chorus")
             cells.append(fmt(c / bound if c is not None and bound > 0 else None))
-        if staged:
+        if transfer:
             x = exchange_median(res, row["size"], "pull")
             cells += [fmt(x), fmt(exchange_median(res, row["size"]))]
             if "chorus" in libs:
@@ -598,7 +598,7 @@ def report(a, res, libs, table):
                      f"per process; an all-reduce that only read its input and wrote its output "
                      f"once would reach about half of that: **{bound:.2f} GB/s** busbw "
                      f"(rounds: {lo:.2f}-{hi:.2f}).")
-    if staged:
+    if transfer:
         lines.append(f"Transfer references (perf/peers/exchange_bound.c, {a.nranks} processes "
                      f"at once, each taking the next one's block of the size from shared memory "
                      f"into its own; GB/s received per process, median of the rounds' medians; "

@@ -638,10 +638,7 @@ Status Communicator::startPeerWatch(bool anyShmDisabled) {
   }
   CHORUS_TRY(bootstrap_->barrier());
   if (watch) {
-    std::vector<PeerWatch::Peer> found;
-    for (const PeerWatch::Peer& p : local)
-      if (peerWatchExists(prefix, p.rank)) found.push_back(p);
-    CHORUS_TRY(watch->watch(found, static_cast<int>(intervalMs),
+    CHORUS_TRY(watch->watch(local, static_cast<int>(intervalMs),
                             [this](const Status& s) { reportAsyncError(s); }));
   }
   CHORUS_TRY(bootstrap_->barrier());

@@ -27,13 +27,6 @@ std::string peerWatchName(const std::string& prefix, int rank) {
   return prefix + "-live-" + std::to_string(rank);
 }
 
-bool peerWatchExists(const std::string& prefix, int rank) {
-  int fd = shm_open(peerWatchName(prefix, rank).c_str(), O_RDONLY | O_CLOEXEC, 0600);
-  if (fd < 0) return false;
-  close(fd);
-  return true;
-}
-
 PeerWatch::~PeerWatch() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -69,13 +62,14 @@ Result<std::unique_ptr<PeerWatch>> PeerWatch::create(const std::string& prefix, 
 }
 
 Status PeerWatch::watch(const std::vector<Peer>& peers, int intervalMs, Report report) {
-  peers_ = peers;
-  for (const Peer& p : peers_) {
+  for (const Peer& p : peers) {
     const std::string name = peerWatchName(prefix_, p.rank);
     int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == ENOENT) continue;  // that rank made no lock: it is not watched
     if (fd < 0)
       return errnoError(errno, "shm_open " + name + " (the liveness lock of rank " +
                                    std::to_string(p.rank) + ")");
+    peers_.push_back(p);
     peerFds_.push_back(fd);
   }
   watching_.assign(peers_.size(), true);
@@ -107,7 +101,8 @@ void PeerWatch::run() {
     wake_.wait_for(lock, std::chrono::milliseconds(intervalMs_), [this] { return stop_; });
     if (stop_) break;
     for (size_t i = 0; i < peers_.size(); ++i) {
-      const State st = watching_[i] ? state(i) : State::kLeft;
+      if (!watching_[i]) continue;
+      const State st = state(i);
       if (st == State::kAlive) continue;
       watching_[i] = false;
       if (st == State::kLeft) continue;

@@ -41,14 +41,15 @@ class PeerWatch {
   // then all pass a barrier, then each calls watch (which opens the peers' files), then all pass
   // a second barrier and each calls unlinkOwn.
   static Result<std::unique_ptr<PeerWatch>> create(const std::string& prefix, int rank);
-  // Opens the peers' files and starts looking every intervalMs; report is called once, from the
-  // watching thread, when a peer's lock is gone.
+  // Opens the peers' files (a peer without one, which made no lock, is not watched) and starts
+  // looking every intervalMs; report is called once, from the watching thread, when a peer's
+  // lock is gone.
   Status watch(const std::vector<Peer>& peers, int intervalMs, Report report);
   // Removes this rank's file name; the file lives on while anyone holds it open.
   void unlinkOwn();
 
-  // Peer i (index into the list given to watch): still holding its lock, gone after destroying
-  // its communicator, or gone without.
+  // Watched peer i: still holding its lock, gone after destroying its communicator, or gone
+  // without.
   enum class State { kAlive, kLeft, kDied };
   State state(size_t i) const;
 
@@ -71,8 +72,7 @@ class PeerWatch {
   bool stop_ = false;
 };
 
-// The file name of a rank's liveness lock, and whether it exists (the rank locked one).
+// The file name of a rank's liveness lock.
 std::string peerWatchName(const std::string& prefix, int rank);
-bool peerWatchExists(const std::string& prefix, int rank);
 
 }  // namespace chorus
