@@ -40,6 +40,7 @@ struct Options {
   size_t minBytes = 32 << 20, maxBytes = 32 << 20, stepBytes = 1 << 20, stepFactor = 1;
   int iters = 20, warmupIters = 5, aggIters = 1, runCycles = 1, check = 1, average = 1;
   int blocking = 0, parallelInit = 0, reportCpuTime = 0, streamNull = 0;  // host: no effect
+  int registration = 0;  // -R: 0 none, 1 ncclCommRegister, 2 symmetric windows
   std::vector<const TypeInfo*> types{findType("float")};
   std::vector<PerfOp> ops{kSum};
   int root = 0;  // -1: every root
@@ -64,6 +65,9 @@ void usage(const Collective& coll) {
       "  -a,--average <0..3>         time reported across ranks: 0 rank 0, 1 avg, 2 min, 3 max\n"
       "  -z,--blocking <0/1>         accepted; host collectives always complete in the call\n"
       "  -C,--report_cputime <0/1>   label the time column cputime (same clock on host)\n"
+      "  -R,--local_register <0..2>  buffers from ncclMemAlloc, registered: 1 ncclCommRegister,\n"
+      "                              2 ncclCommWindowRegister symmetric windows (read in place\n"
+      "                              by ranks on one host); 0 (default) plain memory\n"
       "  -g,--ngpus 1  -t,--nthreads 1  -p,--parallel_init <0/1>  -G,--cudagraph 0\n"
       "  -y,--stream_null <0/1>      accepted for compatibility\n"
       "  -h,--help\n"
@@ -115,6 +119,7 @@ const IntOption kIntOptions[] = {
     {'p', "parallel_init", &Options::parallelInit, 0, 1},
     {'y', "stream_null", &Options::streamNull, 0, 1},
     {'C', "report_cputime", &Options::reportCpuTime, 0, 1},
+    {'R', "local_register", &Options::registration, 0, 2},
 };
 
 Options parseOptions(int argc, char** argv, const Collective& coll) {
@@ -269,15 +274,39 @@ void setupRendezvous(const RankEnv& env) {
 
 // ---- the benchmark ----------------------------------------------------------------------------
 
-// Zero-filled host memory, so that no timed call pays for first-touch page faults.
+// Zero-filled host memory, so that no timed call pays for first-touch page faults; from
+// ncclMemAlloc and registered with comm when `registration` (-R) asks.
 class HostBuffer {
  public:
-  explicit HostBuffer(size_t bytes) : bytes_((std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096) {
-    ptr_ = static_cast<char*>(std::aligned_alloc(4096, bytes_));
-    if (ptr_ == nullptr) fail("cannot allocate %zu bytes of host memory (lower -e)", bytes_);
+  HostBuffer(size_t bytes, int registration = 0, ncclComm_t comm = nullptr)
+      : bytes_((std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096), comm_(comm) {
+    if (registration > 0) {
+      void* p = nullptr;
+      if (ncclMemAlloc(&p, bytes_) != ncclSuccess)
+        fail("ncclMemAlloc of %zu bytes failed: %s (lower -e)", bytes_, ncclGetLastError(nullptr));
+      ptr_ = static_cast<char*>(p);
+    } else {
+      ptr_ = static_cast<char*>(std::aligned_alloc(4096, bytes_));
+      if (ptr_ == nullptr) fail("cannot allocate %zu bytes of host memory (lower -e)", bytes_);
+    }
     std::memset(ptr_, 0, bytes_);
+    ncclResult_t r = ncclSuccess;
+    if (registration == 1) r = ncclCommRegister(comm_, ptr_, bytes_, &handle_);
+    if (registration == 2)
+      r = ncclCommWindowRegister(comm_, ptr_, bytes_, &window_, NCCL_WIN_COLL_SYMMETRIC);
+    if (r != ncclSuccess)
+      fail("registering %zu bytes (-R %d) failed: %s", bytes_, registration,
+           ncclGetLastError(comm_));
+    allocated_ = registration > 0;
   }
-  ~HostBuffer() { std::free(ptr_); }
+  ~HostBuffer() {
+    if (handle_ != nullptr) ncclCommDeregister(comm_, handle_);
+    if (window_ != nullptr) ncclCommWindowDeregister(comm_, window_);
+    if (allocated_)
+      ncclMemFree(ptr_);
+    else
+      std::free(ptr_);
+  }
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
   char* data() const { return ptr_; }
@@ -285,7 +314,11 @@ class HostBuffer {
 
  private:
   size_t bytes_;
-  char* ptr_;
+  char* ptr_ = nullptr;
+  ncclComm_t comm_;
+  bool allocated_ = false;
+  void* handle_ = nullptr;
+  ncclWindow_t window_ = nullptr;
 };
 
 // Formats v in exactly `width` characters with as many decimals as fit (as nccl-tests does).
@@ -313,6 +346,8 @@ class Bench {
       : coll_(coll), opt_(opt), rank_(env.rank), nranks_(env.nranks) {}
 
   ~Bench() {
+    send_.reset();
+    recv_.reset();
     if (comm_ != nullptr) ncclCommDestroy(comm_);
   }
 
@@ -348,6 +383,8 @@ class Bench {
       std::printf("# %-20s : %g \n", "Avg bus bandwidth", bwCount_ ? bwSum_ / bwCount_ : 0.0);
       std::printf("#\n# Collective test concluded: %s\n", gProgram.c_str());
     }
+    send_.reset();  // deregistered before the communicator goes
+    recv_.reset();
     check(ncclCommDestroy(comm_), "ncclCommDestroy");
     comm_ = nullptr;
     return errors_ ? 1 : 0;
@@ -424,8 +461,10 @@ class Bench {
       recvBytes =
           std::max({recvBytes, c.recvCount * t->size, inPlaceSpan(c, nranks_ - 1) * t->size});
     }
-    send_ = std::make_unique<HostBuffer>(std::max(sendBytes, opt_.maxBytes));
-    recv_ = std::make_unique<HostBuffer>(std::max(recvBytes, opt_.maxBytes));
+    send_ =
+        std::make_unique<HostBuffer>(std::max(sendBytes, opt_.maxBytes), opt_.registration, comm_);
+    recv_ =
+        std::make_unique<HostBuffer>(std::max(recvBytes, opt_.maxBytes), opt_.registration, comm_);
   }
 
   // The buffers of call `iter`: successive calls walk through the allocation, as nccl-tests

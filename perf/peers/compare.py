@@ -26,8 +26,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 COLLS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 PEERS = ("openmpi", "mpich", "gloo")
-LABELS = {"chorus": "Chorus", "openmpi": "Open MPI", "mpich": "MPICH", "gloo": "Gloo",
-          "minimal": "minimal 2-rank"}
+LABELS = {"chorus": "Chorus", "chorus-window": "Chorus, windows", "openmpi": "Open MPI",
+          "mpich": "MPICH", "gloo": "Gloo", "minimal": "minimal 2-rank"}
+# Chorus with its buffers from ncclMemAlloc in symmetric windows (the perf tools' -R 2), which
+# ranks on one host read from each other in place.
+WINDOW_LIB = "chorus-window"
 EXIT_UNSUPPORTED = 3
 
 
@@ -61,8 +64,8 @@ def parse_args(argv):
                    help="size factor; the largest size is always included (default 4)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     p.add_argument("--libs", default="chorus,openmpi,mpich,gloo",
-                   help="comma list of chorus, openmpi, mpich, gloo, minimal "
-                        "(default: all but minimal)")
+                   help="comma list of chorus, chorus-window (buffers in symmetric windows, "
+                        "-R 2), openmpi, mpich, gloo, minimal (default: chorus and the peers)")
     p.add_argument("--minimal", action="store_true",
                    help="also run minimal_allreduce.c, a dedicated two-process shared-memory "
                         "all-reduce, as a reference line (all_reduce, -n 2, one host)")
@@ -114,7 +117,8 @@ def parse_args(argv):
     a.libs = [x for x in a.libs.split(",") if x]
     for lib in a.libs:
         if lib not in LABELS:
-            p.error(f"unknown library '{lib}' (chorus, openmpi, mpich, gloo, minimal)")
+            p.error(f"unknown library '{lib}' (chorus, chorus-window, openmpi, mpich, gloo, "
+                    f"minimal)")
     if a.minimal and "minimal" not in a.libs:
         a.libs.append("minimal")
     if "minimal" in a.libs and (a.coll != "all_reduce" or a.nranks != 2 or a.netns):
@@ -203,7 +207,9 @@ class Runner:
         if a.coll == "broadcast":
             args += ["-r", str(a.root)]
         ns = a.ns
-        if lib == "chorus" or lib.startswith("chorus:"):
+        if lib == WINDOW_LIB:
+            args = args + ["-R", "2"]
+        if lib in ("chorus", WINDOW_LIB) or lib.startswith("chorus:"):
             env["CHORUS_HOST_COMM"] = "1"
             if lib.startswith("chorus:"):
                 env["CHORUS_ALGO"] = lib.split(":", 1)[1]
@@ -471,6 +477,16 @@ def per_round(runs, key):
     return {x["round"]: x[key] for x in runs}
 
 
+def round_ratio(res, size, lib, row):
+    """Median over rounds of best peer's time / lib's time at size (None without both)."""
+    if not row["best"] or lib not in row["time"]:
+        return None
+    mine = per_round(res["runs"][lib][size], "time_us")
+    theirs = per_round(res["runs"][row["best"]][size], "time_us")
+    ratios = [theirs[r] / mine[r] for r in mine if r in theirs and mine[r] > 0]
+    return statistics.median(ratios) if ratios else None
+
+
 def summarize(a, res, main_lib="chorus", peers=PEERS):
     """Per size: medians, the best peer (fastest median) and the median per-round busbw ratio
     main / best peer."""
@@ -488,12 +504,8 @@ def summarize(a, res, main_lib="chorus", peers=PEERS):
         # at small sizes where busbw prints as 0.00.
         cands = [p for p in peers if p in row["time"]]
         row["best"] = min(cands, key=lambda p: row["time"][p]) if cands else None
-        row["ratio"] = None
-        if row["best"] and main_lib in row["time"]:
-            mine = per_round(res["runs"][main_lib][size], "time_us")
-            theirs = per_round(res["runs"][row["best"]][size], "time_us")
-            ratios = [theirs[r] / mine[r] for r in mine if r in theirs and mine[r] > 0]
-            row["ratio"] = statistics.median(ratios) if ratios else None
+        row["ratio"] = round_ratio(res, size, main_lib, row)
+        row["window_ratio"] = round_ratio(res, size, WINDOW_LIB, row)
         table.append(row)
     return table
 
@@ -543,6 +555,9 @@ def report(a, res, libs, table):
                  + f"{['rank 0', 'mean', 'min', 'max'][a.average]} over ranks.")
     lines.append("")
     cols = [label(l) for l in libs] + ["best peer", "Chorus / best peer"]
+    windows = WINDOW_LIB in libs
+    if windows:
+        cols.append("windows / best peer")
     if bound is not None and "chorus" in libs:
         cols.append("Chorus / bound")
     transfer = bool(res["exchange"])
@@ -556,6 +571,8 @@ def report(a, res, libs, table):
         cells = [cell(row, lib, a.spread) for lib in libs]
         cells.append(label(row["best"]) if row["best"] else "n/a")
         cells.append(fmt(row["ratio"]))
+        if windows:
+            cells.append(fmt(row["window_ratio"]))
         if bound is not None and "chorus" in libs:
             c = row["busbw"].get("chorus")
             cells.append(fmt(c / bound if c is not None and bound > 0 else None))

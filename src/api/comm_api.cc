@@ -6,6 +6,7 @@
 
 #include "api/api_util.h"
 #include "chorus.h"
+#include "common/host_alloc.h"
 #include "core/group.h"
 
 using namespace chorus;  // NOLINT: this file is the C API only
@@ -258,49 +259,65 @@ extern "C" ncclResult_t pncclCommDeregister(const ncclComm_t comm, void* handle)
 }
 NCCL_ALIAS(ncclCommDeregister)
 
+// A window handle is the communicator's HostWindow; Deregister looks it up before using it.
 extern "C" ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size,
                                                 ncclWindow_t* win, int winFlags) {
-  (void)buff;
-  (void)size;
-  (void)winFlags;
   return guarded(comm, "ncclCommWindowRegister", [&]() -> Status {
-    Result<CommRef> c = usableComm(comm, "ncclCommWindowRegister");
-    if (!c.isOk()) return c.status();
     if (win == nullptr) return invalidArgument("ncclCommWindowRegister: win is NULL");
     *win = nullptr;
-    return notImplemented("ncclCommWindowRegister (symmetric memory windows)");
+    Result<CommRef> c = usableComm(comm, "ncclCommWindowRegister");
+    if (!c.isOk()) return c.status();
+    if (buff == nullptr && size > 0) return invalidArgument("ncclCommWindowRegister: buff is NULL");
+    if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0)
+      return invalidArgument(
+          "ncclCommWindowRegister: winFlags 0x%x: expected NCCL_WIN_DEFAULT or "
+          "NCCL_WIN_COLL_SYMMETRIC",
+          static_cast<unsigned>(winFlags));
+    if (!c.value()->isHost())
+      return notImplemented("ncclCommWindowRegister on a device communicator");
+    Result<const HostWindow*> w = c.value()->registerWindow(buff, size, winFlags);
+    if (!w.isOk()) return w.status();
+    *win = reinterpret_cast<ncclWindow_t>(const_cast<HostWindow*>(w.value()));
+    return Status::ok();
   });
 }
 NCCL_ALIAS(ncclCommWindowRegister)
 
 extern "C" ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
-  (void)win;
   return guarded(comm, "ncclCommWindowDeregister", [&]() -> Status {
     Result<CommRef> c = usableComm(comm, "ncclCommWindowDeregister");
     if (!c.isOk()) return c.status();
-    return notImplemented("ncclCommWindowDeregister (symmetric memory windows)");
+    if (win == nullptr) return invalidArgument("ncclCommWindowDeregister: win is NULL");
+    return c.value()->deregisterWindow(reinterpret_cast<const HostWindow*>(win));
   });
 }
 NCCL_ALIAS(ncclCommWindowDeregister)
 
-// Host communicators use ordinary memory, so ncclMemAlloc hands out page-aligned host memory.
+// Host communicators: page-aligned, zero-filled memory that the other processes of the host can
+// map, so that windows over it are read in place (common/host_alloc.h).
 extern "C" ncclResult_t pncclMemAlloc(void** ptr, size_t size) {
   return guarded(nullptr, "ncclMemAlloc", [&]() -> Status {
     if (ptr == nullptr) return invalidArgument("ncclMemAlloc: ptr is NULL");
     *ptr = nullptr;
     if (size == 0) return Status::ok();
-    size_t rounded = (size + 4095) & ~size_t(4095);
-    if (rounded < size) return invalidArgument("ncclMemAlloc: size %zu is too large", size);
-    void* p = aligned_alloc(4096, rounded);
-    if (p == nullptr) return systemError("ncclMemAlloc: cannot allocate %zu bytes", size);
-    *ptr = p;
+    Result<void*> p = sharedHostAlloc(size);
+    if (!p.isOk())
+      return p.status().code() == Code::kInvalidArgument
+                 ? invalidArgument("ncclMemAlloc: size %zu is too large", size)
+                 : p.status().withContext(formatString("ncclMemAlloc of %zu bytes", size));
+    *ptr = p.value();
     return Status::ok();
   });
 }
 NCCL_ALIAS(ncclMemAlloc)
 
 extern "C" ncclResult_t pncclMemFree(void* ptr) {
-  free(ptr);
-  return ncclSuccess;
+  return guarded(nullptr, "ncclMemFree", [&]() -> Status {
+    if (ptr == nullptr) return Status::ok();
+    if (!sharedHostFree(ptr))
+      return invalidArgument("ncclMemFree: %p was not returned by ncclMemAlloc (or was freed)",
+                             ptr);
+    return Status::ok();
+  });
 }
 NCCL_ALIAS(ncclMemFree)

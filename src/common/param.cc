@@ -103,6 +103,20 @@ const std::vector<ParamDef> kParams = {
     {"MAX_CHANNELS", ParamType::kInt, "16", "Most parallel rings a ring collective may use", true},
     {"DIRECT_BUFFSIZE", ParamType::kInt, "262144",
      "Staging bytes per rank of the direct (oneshot/twoshot) all-reduce, per chunk", false},
+    {"WINDOW", ParamType::kInt, "1",
+     "1: all-reduce, all-gather, reduce-scatter and broadcast whose buffers lie in windows "
+     "(ncclCommWindowRegister over ncclMemAlloc memory, ranks on one host) read the peers' "
+     "buffers in place, unless ALGO is set; 0: they run the usual algorithms",
+     false},
+    {"WINDOW_INPLACE_BYTES", ParamType::kInt, "-1",
+     "Smallest window all-reduce that some rank makes in place (so that each rank overwrites "
+     "what its peers read from it) to read the buffers in place; smaller ones run the usual "
+     "algorithms (-1: none does)",
+     false},
+    {"WINDOW_MIN_BYTES", ParamType::kInt, "16384",
+     "Smallest call (nccl-tests size) that reads window buffers in place; smaller ones run the "
+     "usual algorithms",
+     false},
 };
 
 std::mutex gWarnMutex;

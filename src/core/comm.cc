@@ -254,6 +254,12 @@ Status Communicator::init(const UniqueIdInfo& id) {
              tuning_.maxChannels,
              tuning_.allowed.isSet ? tuning_.allowed.text.c_str() : "chosen by the cost model");
 
+  // Windows are read in place unless the user chose the algorithms or turned them off.
+  windowsInPlace_ = paramInt("WINDOW") != 0 && tuning_.directPossible && !tuning_.allowed.isSet;
+  windowMinBytes_ = static_cast<size_t>(std::max<int64_t>(paramInt("WINDOW_MIN_BYTES"), 0));
+  const int64_t inPlaceBytes = paramInt("WINDOW_INPLACE_BYTES");
+  exec_.windowInPlaceBytes = inPlaceBytes < 0 ? SIZE_MAX : static_cast<size_t>(inPlaceBytes);
+
   exec_.rank = rank_;
   exec_.nranks = nranks_;
   exec_.ringIndex =
@@ -266,18 +272,19 @@ Status Communicator::init(const UniqueIdInfo& id) {
   exec_.timeoutSeconds = timeoutSeconds_;
   exec_.spinCount = spinCount_;
   exec_.yieldMicros = paramInt("SPIN_YIELD_US");
+  // The largest cache of the highest level this host reports.
+  int llcLevel = 0;
+  uint64_t llc = 0;
+  for (const CacheSummary& c : topo.value()->caches)
+    if (c.level > llcLevel || (c.level == llcLevel && c.sizeBytes > llc)) {
+      llcLevel = c.level;
+      llc = c.sizeBytes;
+    }
   exec_.streamBytes = paramInt("STREAM_BYTES");
-  if (exec_.streamBytes < 0) {
-    // The largest cache of the highest level this host reports.
-    int level = 0;
-    uint64_t llc = 0;
-    for (const CacheSummary& c : topo.value()->caches)
-      if (c.level > level || (c.level == level && c.sizeBytes > llc)) {
-        level = c.level;
-        llc = c.sizeBytes;
-      }
-    exec_.streamBytes = defaultStreamBytes(llc);
-  }
+  if (exec_.streamBytes < 0) exec_.streamBytes = defaultStreamBytes(llc);
+  // A one-shot window all-reduce reads every rank's input: while they fit in a quarter of the
+  // last-level cache (8 MiB when unknown) beside the output.
+  exec_.windowOneShotBytes = llc > 0 ? llc / 4 : size_t{8} << 20;
   LOG_INFO(kSubsysInit,
            "rank %d of %d ready (%s memory, comm %s; ring outputs from %lld B streamed)", rank_,
            nranks_, options_.host ? "host" : "device", transportCtx_.commTag.c_str(),
@@ -541,6 +548,9 @@ Status Communicator::run(HostWork* works, size_t n) {
     size_t bytes = w.args.count * elt;
     if (w.coll == Collective::kAllGather || w.coll == Collective::kReduceScatter)
       bytes *= static_cast<size_t>(nranks_);
+    // A window call meets on the direct region, and may fall back to the decision below.
+    const bool windowed = windowsInPlace_ && !windows_.empty() && useWindows(w, bytes);
+    direct = direct || windowed;
     // Calls repeat sizes: the last decision per collective is kept.
     CachedDecision& cached = lastDecision_[static_cast<int>(w.coll)];
     if (!cached.valid || cached.bytes != bytes) {
@@ -551,7 +561,7 @@ Status Communicator::run(HostWork* works, size_t n) {
     }
     const Decision& d = cached.decision;
     w.algo = d.algo;
-    w.args.nchannels = d.algo == Algorithm::kRing ? d.nchannels : 1;
+    w.args.nchannels = d.algo == Algorithm::kRing && !windowed ? d.nchannels : 1;
     channels = std::max(channels, w.args.nchannels);
     tree = tree || (d.algo == Algorithm::kTree && w.args.count > 0);
     rd = rd || (d.algo == Algorithm::kRd && w.args.count > 0);
@@ -572,6 +582,7 @@ Status Communicator::run(HostWork* works, size_t n) {
   resources.direct = direct_.get();
   resources.directStores = &directStores_;
   resources.rd = rdConns_.empty() ? nullptr : &rdConns_;
+  resources.windows = &windows_;
   Status s = hostLaunch(exec_, works, n, resources);
   if (!s.isOk()) return explain(s);
   return s;

@@ -69,6 +69,13 @@ class Communicator final : public ErrorSink {
   // Hosts, the transport and bandwidth between every pair of ranks, the ring and both trees:
   // text like `nvidia-smi topo -m`, or Graphviz DOT.
   std::string topologyReport(bool dot) const;
+  // Collective: registers [buff, buff + size) of every rank as one window (flags: NCCL_WIN_*).
+  // When every rank's range lies in memory from ncclMemAlloc and the ranks share a host, each
+  // rank maps the others' ranges, and collectives whose buffers lie in windows read them in
+  // place (host_window.h); otherwise the window is only recorded.
+  Result<const HostWindow*> registerWindow(void* buff, size_t size, int flags);
+  // Forgets a window of this communicator (and unmaps the peers' ranges).
+  Status deregisterWindow(const HostWindow* window);
   // Runs a group's point-to-point ops, connecting to new peers first.
   Status p2p(const std::vector<P2pOp>& ops);
 
@@ -100,6 +107,10 @@ class Communicator final : public ErrorSink {
   // Turns an executor failure into the error the user should see (the async cause first).
   Status explain(const Status& failure) const;
   Status startPeerWatch(bool anyShmDisabled);
+  // Marks w windowed (with its buffers' places) when its buffers lie in shared windows and the
+  // call is one that reads them in place; bytes is the nccl-tests size.
+  bool useWindows(HostWork& w, size_t bytes);
+  WindowRef findWindow(const void* p, size_t bytes) const;
 
   int rank_;
   int nranks_;
@@ -137,6 +148,12 @@ class Communicator final : public ErrorSink {
   ExecContext exec_;
 
   std::vector<UserRedOp> userOps_;
+
+  HostWindowList windows_;
+  uint32_t nextWindowId_ = 0;
+  bool windowsInPlace_ = false;  // CHORUS_WINDOW and one host: windows may be read in place
+  size_t windowMinBytes_ = 0;    // CHORUS_WINDOW_MIN_BYTES
+  uint32_t windowLogged_ = 0;    // collectives whose first in-place call was logged
 
   mutable std::mutex mutex_;  // guards asyncError_ and lastError_
   Status asyncError_;

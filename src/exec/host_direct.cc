@@ -67,6 +67,10 @@ class HostDirectPrims {
     if (timed)
       stores_.record(kStageStores, stream, chunkBytes_,
                      static_cast<int64_t>(slotStreamTicks() - start));
+    // In the counter's line, which the store below writes anyway: this is a direct all-reduce.
+    region_.counter(ctx_.rank, DirectCounterKind::kStaged)
+        .how[slot_]
+        .store(0, std::memory_order_relaxed);
     storeCounter(DirectCounterKind::kStaged);
     return true;
   }
@@ -205,12 +209,12 @@ class HostDirectPrims {
     // anyone and without the pause instruction (both delay the exchange; measured).
     const std::atomic<uint64_t>& value = region_.counter(peer, kind).value;
     for (int i = 0; i < kPollsBeforeWake; ++i) {
-      if (value.load(std::memory_order_acquire) >= target) return true;
+      if (value.load(std::memory_order_acquire) >= target) return sameKind(peer, kind);
     }
     wakePending();
     Waiter w = ctx_.waiter();
     Code c = region_.waitAtLeast(peer, kind, target, w);
-    if (c == Code::kSuccess) return true;
+    if (c == Code::kSuccess) return sameKind(peer, kind);
     if (c == Code::kRemoteError) {
       status_ = remoteError(
           "rank %d: ncclAllReduce (direct all-reduce) timed out after %.0f s waiting for rank %d "
@@ -223,6 +227,20 @@ class HostDirectPrims {
           "communicator was aborted",
           ctx_.rank, peer);
     }
+    return false;
+  }
+
+  // A peer that staged this sequence for a window collective made another call than this one.
+  bool sameKind(int peer, DirectCounterKind kind) {
+    if (kind != DirectCounterKind::kStaged ||
+        region_.counter(peer, kind).how[slot_].load(std::memory_order_relaxed) == 0)
+      return true;
+    status_ = invalidUsage(
+        "rank %d: ncclAllReduce (direct all-reduce): rank %d made a collective call on window "
+        "buffers (ncclCommWindowRegister) where this rank made this all-reduce on other "
+        "buffers; every rank must make the same calls, with buffers of windows registered "
+        "together or with none",
+        ctx_.rank, peer);
     return false;
   }
 

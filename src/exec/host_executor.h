@@ -43,6 +43,10 @@ struct ExecContext {
   int64_t yieldMicros = 0;  // CHORUS_SPIN_YIELD_US
   int64_t streamBytes = 0;  // CHORUS_STREAM_BYTES: outputs this large bypass the caches
   SlotStreamMode slotStream = SlotStreamMode::kAdaptive;  // CHORUS_SLOT_STREAM
+  // Window all-reduce (host_window.h): one-shot while nranks x bytes is at most this; in place
+  // (on any rank) only from this size (CHORUS_WINDOW_INPLACE_BYTES).
+  size_t windowOneShotBytes = 0;
+  size_t windowInPlaceBytes = 0;
 
   // How every wait of a collective polls: spin, yield the core, then sleep; bounded by the
   // timeout and the abort flag.

@@ -34,6 +34,16 @@ Status runWork(const ExecContext& ctx, const HostWork& w, int channel,
     if (channel == 0) hostLocal(w.coll, w.args);
     return Status::ok();
   }
+  if (w.windowed) {
+    // One thread: the usual algorithm, when the ranks fall back to it, runs on one channel.
+    if (channel != 0) return Status::ok();
+    if (resources.direct == nullptr || resources.windows == nullptr)
+      return internalError("window collective without a shared region");
+    bool runUsual = false;
+    Status s = hostWindowCollective(ctx, w.coll, w.args, w.sendWindow, w.recvWindow,
+                                    *resources.windows, *resources.direct, &runUsual);
+    if (!s.isOk() || !runUsual) return s;
+  }
   switch (w.algo) {
     case Algorithm::kRing:
       if (channel >= w.args.nchannels) return Status::ok();

@@ -11,6 +11,7 @@
 #include "algorithms/algorithm.h"
 #include "exec/host_executor.h"
 #include "exec/host_tree.h"
+#include "exec/host_window.h"
 
 namespace chorus {
 
@@ -20,6 +21,11 @@ struct HostWork {
   Collective coll = Collective::kAllReduce;
   Algorithm algo = Algorithm::kRing;
   CollArgs args;  // args.nchannels: ring channels (1 for other algorithms)
+  // Set when the buffers lie in shared windows and the call reads them in place instead
+  // (host_window.h); algo is then unused.
+  bool windowed = false;
+  WindowRef sendWindow;
+  WindowRef recvWindow;
 };
 
 // What the launch's algorithms run over; trees and direct may be null when no work uses them.
@@ -28,6 +34,7 @@ struct LaunchResources {
   DirectRegion* direct = nullptr;
   SlotStreamPolicy* directStores = nullptr;  // how this rank writes the region's buffers
   std::vector<P2pConnection>* rd = nullptr;  // by peer: the recursive-doubling partners
+  const HostWindowList* windows = nullptr;   // the communicator's windows
 };
 
 // Runs works[0..n) in order (all channels through one call before the next).

@@ -1,12 +1,16 @@
 // Exact reference data for reduction tests: small integer inputs whose partial sums and
 // products stay exactly representable in every type (also fp8), so every rank can compute the
-// expected result of any reduction order independently of the library.
+// expected result of any reduction order independently of the library; helpers that hold a
+// PreMulSum operator and count the wrong elements of a result.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "harness.h"
 
@@ -82,6 +86,37 @@ inline double tolerance(ncclDataType_t type, Op op, double expected) {
                : type == ncclFloat8e4m3 ? 0.07
                                         : 0.13;
   return eps * std::fabs(expected) + 1e-30;
+}
+
+// Holds a PreMulSum operator for the duration of one call.
+struct ScopedOp {
+  ScopedOp(Op op, ncclDataType_t type, ncclComm_t comm) : comm(comm) {
+    value = static_cast<ncclRedOp_t>(op);
+    if (op != kPreMulSum) return;
+    alignas(8) unsigned char scalar[8] = {};
+    chorus_test::storeExact(scalar, 0, type, 2.0);
+    EXPECT_EQ(ncclRedOpCreatePreMulSum(&value, scalar, type, ncclScalarHostImmediate, comm),
+              ncclSuccess);
+    created = true;
+  }
+  ~ScopedOp() {
+    if (created) ncclRedOpDestroy(value, comm);
+  }
+  ncclComm_t comm;
+  ncclRedOp_t value;
+  bool created = false;
+};
+
+inline size_t countWrong(const void* got, size_t count, size_t firstIndex, int nranks,
+                         ncclDataType_t type, Op op, const std::string& what) {
+  size_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    double want = expectedValue(nranks, firstIndex + i, type, op);
+    double v = chorus_test::loadValue(got, i, type);
+    if (!(std::fabs(v - want) <= tolerance(type, op, want)) && wrong++ < 3)
+      ADD_FAILURE() << what << ": element " << i << " is " << v << ", expected " << want;
+  }
+  return wrong;
 }
 
 }  // namespace ref

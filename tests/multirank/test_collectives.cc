@@ -21,37 +21,6 @@ const ncclDataType_t kTypes[] = {ncclInt8,    ncclUint32,   ncclFloat16,   ncclF
 const Op kOps[] = {kSum, kProd, kMax, kMin, kAvg, kPreMulSum};
 const size_t kCounts[] = {0, 1, 5, 4099, 40009};
 
-// Holds a PreMulSum operator for the duration of one call.
-struct ScopedOp {
-  ScopedOp(Op op, ncclDataType_t type, ncclComm_t comm) : comm(comm) {
-    value = static_cast<ncclRedOp_t>(op);
-    if (op != kPreMulSum) return;
-    alignas(8) unsigned char scalar[8] = {};
-    chorus_test::storeExact(scalar, 0, type, 2.0);
-    EXPECT_EQ(ncclRedOpCreatePreMulSum(&value, scalar, type, ncclScalarHostImmediate, comm),
-              ncclSuccess);
-    created = true;
-  }
-  ~ScopedOp() {
-    if (created) ncclRedOpDestroy(value, comm);
-  }
-  ncclComm_t comm;
-  ncclRedOp_t value;
-  bool created = false;
-};
-
-size_t countWrong(const void* got, size_t count, size_t firstIndex, int nranks, ncclDataType_t type,
-                  Op op, const std::string& what) {
-  size_t wrong = 0;
-  for (size_t i = 0; i < count; ++i) {
-    double want = expectedValue(nranks, firstIndex + i, type, op);
-    double v = chorus_test::loadValue(got, i, type);
-    if (!(std::fabs(v - want) <= tolerance(type, op, want)) && wrong++ < 3)
-      ADD_FAILURE() << what << ": element " << i << " is " << v << ", expected " << want;
-  }
-  return wrong;
-}
-
 void checkReduceScatter(int rank, int n, ncclComm_t comm, ncclDataType_t type, Op op, size_t count,
                         bool inPlace) {
   size_t es = chorus_test::typeSize(type);

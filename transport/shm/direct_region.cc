@@ -76,6 +76,8 @@ Result<std::unique_ptr<DirectRegion>> DirectRegion::create(const TransportContex
       auto* h = new (seg.value().data()) DirectHeader();
       for (DirectCounter& c : h->counters) {
         c.value.store(0, std::memory_order_relaxed);
+        c.how[0].store(0, std::memory_order_relaxed);
+        c.how[1].store(0, std::memory_order_relaxed);
         c.sleepers.store(0, std::memory_order_relaxed);
       }
       h->magic = kDirectMagic;

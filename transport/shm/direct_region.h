@@ -36,6 +36,11 @@ struct DirectCounter {
   // Chunks this small travel in the counter's own cache line (one per sequence parity), so a
   // reader's one miss on the counter brings the data along.
   alignas(8) unsigned char inlineData[2][kDirectInlineBytes];
+  // What the sequence of each parity is (kStaged counters): 0 for the direct all-reduce, else
+  // a window collective's description (host_window.h), so that ranks which disagree on the
+  // kind of call fail instead of reading each other's buffers wrongly. Written before the
+  // value, read after it.
+  std::atomic<uint32_t> how[2];
   // On a line of its own: the owner looks at it after every call, and on the line the peers
   // poll that look cost 0.03 us of a 0.25 us two-rank call (measured).
   alignas(kCacheLine) std::atomic<uint32_t> sleepers;
@@ -61,13 +66,17 @@ static_assert(std::atomic<uint64_t>::is_always_lock_free &&
               "counters shared between processes must be lock-free");
 
 enum class DirectCounterKind : int {
-  kStaged = 0,   // the last sequence whose input chunk is in the staging buffer
-  kReduced = 1,  // the last sequence whose reduced share is in the result buffer (two-shot)
+  kStaged = 0,   // the last sequence whose input chunk is in the staging buffer (a window
+                 // collective: whose buffers are ready to read in place)
+  kReduced = 1,  // the last sequence whose reduced share is in the result buffer (two-shot;
+                 // a window all-reduce: in the output)
+  kDone = 2,     // the last window collective that finished reading its peers' buffers
 };
+constexpr int kDirectCounterKinds = 3;
 
 // The start of every segment; the buffers follow at kDirectDataOffset.
 struct DirectHeader {
-  DirectCounter counters[2];  // indexed by DirectCounterKind
+  DirectCounter counters[kDirectCounterKinds];  // indexed by DirectCounterKind
   alignas(kCacheLine) uint64_t magic;
   uint64_t bufferBytes;
   int32_t rank;
