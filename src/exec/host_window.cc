@@ -288,7 +288,7 @@ Status hostWindowCollective(const ExecContext& ctx, Collective coll, const CollA
     case Collective::kAllGather: {
       const bool stream = ctx.streamBytes > 0 &&
                           block * static_cast<size_t>(n) >= static_cast<size_t>(ctx.streamBytes);
-      if (ok && input != output + me * block) std::memcpy(output + me * block, input, block);
+      if (ok && input != output + me * block) copyOut(output + me * block, input, block, stream);
       for (int j = 1; ok && j < n; ++j) {
         const int q = (me + j) % n;
         const char* peerIn = call.peerBuffer(q, true, block);
@@ -312,7 +312,7 @@ Status hostWindowCollective(const ExecContext& ctx, Collective coll, const CollA
       readers = me == args.root;
       const bool stream = ctx.streamBytes > 0 && block >= static_cast<size_t>(ctx.streamBytes);
       if (ok && me == args.root) {
-        if (input != output) std::memcpy(output, input, block);
+        if (input != output) copyOut(output, input, block, stream);
       } else if (ok) {
         const char* rootIn = call.peerBuffer(args.root, true, block);
         ok = rootIn != nullptr;

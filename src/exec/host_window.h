@@ -1,9 +1,11 @@
 // Collectives on window buffers: host buffers that every rank of a one-host communicator
 // registered together (ncclCommWindowRegister) over memory its peers can map (ncclMemAlloc), so
-// that each rank reads its peers' send and receive buffers in place. The data is copied once,
-// from where the caller put it to where the caller wants it, with no staging in between:
-//   all-reduce      rank r reduces share r of every rank's input into its own output, then
-//                   copies the other shares from the peers' outputs
+// that each rank reads its peers' send and receive buffers in place, with no staging copy:
+//   all-reduce      one-shot while nranks x bytes fits in ctx.windowOneShotBytes: every rank
+//                   reduces all inputs into its output; else two-shot: rank r reduces share r
+//                   of every input into its output, then copies the other shares from the
+//                   peers' outputs. When any rank makes the call in place (and it is below
+//                   ctx.windowInPlaceBytes) the ranks run the usual algorithms instead.
 //   all-gather      rank r copies every peer's input into its block of r's output
 //   reduce-scatter  rank r reduces block r of every rank's input into its output
 //   broadcast       every other rank copies the root's input
