@@ -39,21 +39,6 @@ uint32_t describe(Collective coll, const CollArgs& args) {
   return static_cast<uint32_t>(h ^ (h >> 32)) | 1u;
 }
 
-const char* opName(Collective coll) {
-  switch (coll) {
-    case Collective::kAllReduce:
-      return "ncclAllReduce";
-    case Collective::kAllGather:
-      return "ncclAllGather";
-    case Collective::kReduceScatter:
-      return "ncclReduceScatter";
-    case Collective::kBroadcast:
-      return "ncclBroadcast";
-    default:
-      return "collective";
-  }
-}
-
 class WindowCall {
  public:
   WindowCall(const ExecContext& ctx, Collective coll, const CollArgs& args,
@@ -81,10 +66,11 @@ class WindowCall {
           region_.counter(q, DirectCounterKind::kStaged).how[slot_].load(std::memory_order_relaxed);
       if (how != desc_) {
         status_ = invalidUsage(
-            "rank %d: %s on window buffers: rank %d made %s at this point; every rank must make "
+            "rank %d: nccl%s on window buffers: rank %d made %s at this point; every rank must "
+            "make "
             "the same calls (same collective, count, type, operation and root), all of them "
             "with buffers of windows registered together",
-            ctx_.rank, opName(coll_), q,
+            ctx_.rank, collectiveName(coll_), q,
             how == 0 ? "an all-reduce on other buffers" : "another call on window buffers");
         return false;
       }
@@ -93,6 +79,18 @@ class WindowCall {
     return true;
   }
   bool anyInPlace() const { return anyInPlace_; }
+
+  // The reduction operands at element byte `offset` of every rank's input (`bytes` each, this
+  // rank's being `input`), this rank's first, then the next ranks'; false if one is missing.
+  bool operands(const char* input, size_t bytes, size_t offset, const char** srcs) {
+    for (int j = 0; j < ctx_.nranks; ++j) {
+      const int q = (ctx_.rank + j) % ctx_.nranks;
+      const char* src = q == ctx_.rank ? input : peerBuffer(q, true, bytes);
+      if (src == nullptr) return false;
+      srcs[j] = src + offset;
+    }
+    return true;
+  }
 
   WindowPlace placeOf(int q) const {
     WindowPlace p;
@@ -111,10 +109,10 @@ class WindowCall {
     const size_t have = w == nullptr ? 0 : w->rankBytes[static_cast<size_t>(q)];
     if (w == nullptr || !w->shared || offset > have || bytes > have - offset) {
       status_ = invalidUsage(
-          "rank %d: %s on window buffers: rank %d's %s buffer is not %zu bytes inside a window "
+          "rank %d: nccl%s on window buffers: rank %d's %s buffer is not %zu bytes inside a window "
           "this rank can read (window %u, offset %llu); every rank must pass buffers of windows "
           "registered together",
-          ctx_.rank, opName(coll_), q, sendSide ? "send" : "receive", bytes, id,
+          ctx_.rank, collectiveName(coll_), q, sendSide ? "send" : "receive", bytes, id,
           static_cast<unsigned long long>(offset));
       return nullptr;
     }
@@ -133,15 +131,15 @@ class WindowCall {
     if (c == Code::kSuccess) return true;
     if (c == Code::kRemoteError) {
       status_ = remoteError(
-          "rank %d: %s on window buffers timed out after %.0f s waiting for rank %d to %s; the "
+          "rank %d: nccl%s on window buffers timed out after %.0f s waiting for rank %d to %s; the "
           "peer is stuck, dead or did not make the same call (raise CHORUS_TIMEOUT if it is "
           "slow)",
-          ctx_.rank, opName(coll_), ctx_.timeoutSeconds, q, what);
+          ctx_.rank, collectiveName(coll_), ctx_.timeoutSeconds, q, what);
     } else {
       status_ = invalidUsage(
-          "rank %d: %s on window buffers interrupted while waiting for rank %d: the "
+          "rank %d: nccl%s on window buffers interrupted while waiting for rank %d: the "
           "communicator was aborted",
-          ctx_.rank, opName(coll_), q);
+          ctx_.rank, collectiveName(coll_), q);
     }
     return false;
   }
@@ -182,38 +180,26 @@ void copyOut(char* dst, const char* src, size_t bytes, bool stream) {
     std::memcpy(dst, src, bytes);
 }
 
-// dst = op over the operands added, in the order added, finalised with the last of n; dst may
-// be the first operand.
-class Accumulator {
- public:
-  Accumulator(char* dst, size_t count, const CollArgs& args, int n) : n_(n) {
-    a_.dst0 = dst;
-    a_.count = count;
-    a_.type = args.type;
-    a_.op = &args.op;
-  }
-  void add(const char* src) {
-    if (added_++ == 0) {
-      first_ = src;
-      return;
-    }
-    a_.peer = added_ == 2 ? first_ : a_.dst0;
-    a_.local = src;
-    a_.finalize = added_ == n_;
-    reduceCopy(a_);
-  }
-
- private:
-  ReduceCopyArgs a_;
-  int n_;
-  int added_ = 0;
-  const char* first_ = nullptr;
-};
-
-// dst[0, count) = op over srcs[0..n) at the same elements, finalised; dst may be srcs[0].
+// dst[0, count) = op over srcs[0..n) (n >= 2) at the same elements, in that order,
+// finalised; dst may be srcs[0].
 void reduceShare(char* dst, const char* const* srcs, int n, size_t count, const CollArgs& args) {
-  Accumulator acc(dst, count, args, n);
-  for (int j = 0; j < n; ++j) acc.add(srcs[j]);
+  ReduceCopyArgs a;
+  a.dst0 = dst;
+  a.count = count;
+  a.type = args.type;
+  a.op = &args.op;
+  for (int k = 1; k < n; ++k) {
+    a.peer = k == 1 ? srcs[0] : dst;
+    a.local = srcs[k];
+    a.finalize = k == n - 1;
+    reduceCopy(a);
+  }
+}
+
+// Whether an output of `bytes` is written past the caches (from CHORUS_STREAM_BYTES, as the
+// ring's outputs).
+bool streamed(const ExecContext& ctx, size_t bytes) {
+  return ctx.streamBytes > 0 && bytes >= static_cast<size_t>(ctx.streamBytes);
 }
 
 }  // namespace
@@ -225,12 +211,13 @@ Status hostWindowCollective(const ExecContext& ctx, Collective coll, const CollA
   if (args.count == 0) return Status::ok();
   if (region.broken())
     return invalidUsage(
-        "rank %d: %s on window buffers: an earlier collective of this communicator through "
+        "rank %d: nccl%s on window buffers: an earlier collective of this communicator through "
         "shared memory failed, so its ranks are out of step; destroy the communicator and "
         "create a new one",
-        ctx.rank, opName(coll));
+        ctx.rank, collectiveName(coll));
   if (args.op.kind == RedKind::kPreMulSum || ctx.nranks < 2 || ctx.nranks > kMaxWindowRanks)
-    return internalError("rank %d: %s cannot run on window buffers", ctx.rank, opName(coll));
+    return internalError("rank %d: nccl%s cannot run on window buffers", ctx.rank,
+                         collectiveName(coll));
   const int n = ctx.nranks, me = ctx.rank;
   const size_t elt = dataTypeSize(args.type);
   const size_t block = args.count * elt;
@@ -251,11 +238,7 @@ Status hostWindowCollective(const ExecContext& ctx, Collective coll, const CollA
       }
       if (ok && !call.anyInPlace() && block * static_cast<size_t>(n) <= ctx.windowOneShotBytes) {
         // Nobody writes an input during the call: every rank reduces all of them itself.
-        for (int j = 0; ok && j < n; ++j) {
-          const int q = (me + j) % n;
-          srcs[j] = q == me ? input : call.peerBuffer(q, true, block);
-          ok = srcs[j] != nullptr;
-        }
+        ok = call.operands(input, block, 0, srcs);
         if (ok) reduceShare(output, srcs, n, args.count, args);
         break;
       }
@@ -264,16 +247,10 @@ Status hostWindowCollective(const ExecContext& ctx, Collective coll, const CollA
       const size_t align = kCacheLine / elt > 0 ? kCacheLine / elt : 1;
       const size_t b = directShareBegin(args.count, n, align, me);
       const size_t e = directShareBegin(args.count, n, align, me + 1);
-      for (int j = 0; ok && j < n && e > b; ++j) {
-        const int q = (me + j) % n;
-        const char* src = q == me ? input : call.peerBuffer(q, true, block);
-        ok = src != nullptr;
-        if (ok) srcs[j] = src + b * elt;
-      }
+      if (ok && e > b) ok = call.operands(input, block, b * elt, srcs);
       if (ok && e > b) reduceShare(output + b * elt, srcs, n, e - b, args);
       if (ok) call.publish(DirectCounterKind::kReduced);
-      const bool stream =
-          ctx.streamBytes > 0 && input != output && block >= static_cast<size_t>(ctx.streamBytes);
+      const bool stream = input != output && streamed(ctx, block);
       for (int j = 1; ok && j < n; ++j) {
         const int q = (me + j) % n;
         const size_t qb = directShareBegin(args.count, n, align, q);
@@ -286,8 +263,7 @@ Status hostWindowCollective(const ExecContext& ctx, Collective coll, const CollA
       break;
     }
     case Collective::kAllGather: {
-      const bool stream = ctx.streamBytes > 0 &&
-                          block * static_cast<size_t>(n) >= static_cast<size_t>(ctx.streamBytes);
+      const bool stream = streamed(ctx, block * static_cast<size_t>(n));
       if (ok && input != output + me * block) copyOut(output + me * block, input, block, stream);
       for (int j = 1; ok && j < n; ++j) {
         const int q = (me + j) % n;
@@ -298,19 +274,13 @@ Status hostWindowCollective(const ExecContext& ctx, Collective coll, const CollA
       break;
     }
     case Collective::kReduceScatter: {
-      const size_t total = block * static_cast<size_t>(n);
-      for (int j = 0; ok && j < n; ++j) {
-        const int q = (me + j) % n;
-        const char* src = q == me ? input : call.peerBuffer(q, true, total);
-        ok = src != nullptr;
-        if (ok) srcs[j] = src + me * block;
-      }
+      ok = ok && call.operands(input, block * static_cast<size_t>(n), me * block, srcs);
       if (ok) reduceShare(output, srcs, n, args.count, args);
       break;
     }
     case Collective::kBroadcast: {
       readers = me == args.root;
-      const bool stream = ctx.streamBytes > 0 && block >= static_cast<size_t>(ctx.streamBytes);
+      const bool stream = streamed(ctx, block);
       if (ok && me == args.root) {
         if (input != output) copyOut(output, input, block, stream);
       } else if (ok) {
@@ -322,7 +292,8 @@ Status hostWindowCollective(const ExecContext& ctx, Collective coll, const CollA
     }
     default:
       region.markBroken();
-      return internalError("rank %d: %s cannot run on window buffers", me, opName(coll));
+      return internalError("rank %d: nccl%s cannot run on window buffers", me,
+                           collectiveName(coll));
   }
   if (ok) ok = call.leave(readers);
   if (!ok) {
