@@ -5,6 +5,10 @@
 #   tools/dev.sh perf   install, build, then the main job: all_reduce_perf on 2 local ranks
 #   tools/dev.sh test   install, build, then the whole test suite (what CI runs)
 #   tools/dev.sh build  install and build only
+#   tools/dev.sh sanitize [address|thread]
+#                       the test suite built with AddressSanitizer and UndefinedBehaviorSanitizer
+#                       (the default) or ThreadSanitizer, in SAN_BUILD_DIR (default
+#                       build-<kind>san); any report fails the run
 #
 # Environment: BUILD_DIR (default build), JOBS (default 2), PERF_ARGS (all_reduce_perf flags),
 # NRANKS (default 2), MESON_TEST_ARGS (extra flags for meson test).
@@ -55,8 +59,33 @@ case "${1:-}" in
     # shellcheck disable=SC2086
     meson test -C "$BUILD_DIR" --print-errorlogs --num-processes "$JOBS" ${MESON_TEST_ARGS:-}
     ;;
+  sanitize)
+    install_packages
+    kind=${2:-address}
+    case "$kind" in
+      address) sanitize=address,undefined ;;
+      thread) sanitize=thread ;;
+      *) echo "usage: $0 sanitize [address|thread]" >&2; exit 2 ;;
+    esac
+    SAN_BUILD_DIR=${SAN_BUILD_DIR:-build-${kind:0:1}san}
+    if [ ! -f "$SAN_BUILD_DIR/build.ninja" ]; then
+      # The CUDA kernels and the micro-benchmarks are left out: nvcc code is not instrumented.
+      meson setup "$SAN_BUILD_DIR" -Db_sanitize="$sanitize" -Db_lundef=false -Dcuda=disabled \
+        -Dbenchmarks=disabled -Dbuildtype=debugoptimized
+    fi
+    meson compile -C "$SAN_BUILD_DIR" -j "$JOBS"
+    supp="$PWD/tools/sanitizers"
+    export ASAN_OPTIONS=fast_unwind_on_malloc=0:detect_leaks=1
+    export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
+    # Instrumented code runs several times slower: the suites get longer limits.
+    # shellcheck disable=SC2086
+    meson test -C "$SAN_BUILD_DIR" --print-errorlogs --num-processes "$JOBS" \
+      --timeout-multiplier 8 ${MESON_TEST_ARGS:-}
+    ;;
   *)
-    echo "usage: $0 perf|test|build" >&2
+    echo "usage: $0 perf|test|build|sanitize" >&2
     exit 2
     ;;
 esac

@@ -29,7 +29,7 @@ extern "C" ncclResult_t pncclGetVersion(int* version) {
 NCCL_ALIAS(ncclGetVersion)
 
 extern "C" const char* pncclGetErrorString(ncclResult_t result) {
-  switch (result) {
+  switch (enumArg(result)) {
     case ncclSuccess:
       return "no error";
     case ncclUnhandledCudaError:

@@ -59,10 +59,10 @@ Status pinComm(ncclComm_t comm, const char* fn, CommPin* pin) {
   return Status::ok();
 }
 
-Status checkType(ncclDataType_t type, const char* fn) {
-  if (static_cast<int>(type) < 0 || static_cast<int>(type) >= ncclNumTypes)
-    return invalidArgument("%s: datatype %d is not a valid ncclDataType_t", fn,
-                           static_cast<int>(type));
+Status checkType(const ncclDataType_t& type, const char* fn) {
+  const int v = enumArg(type);
+  if (v < 0 || v >= ncclNumTypes)
+    return invalidArgument("%s: datatype %d is not a valid ncclDataType_t", fn, v);
   return Status::ok();
 }
 

@@ -2,11 +2,13 @@
 // ncclGetLastError messages, argument checks, communicator creation.
 #pragma once
 
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <memory>
 #include <new>
 #include <string>
+#include <type_traits>
 
 #include "nccl.h"
 #include "api/handle.h"
@@ -20,6 +22,17 @@
 namespace chorus {
 
 using CommRef = std::shared_ptr<Communicator>;
+
+// The value a caller passed for an enum parameter. C lets any int through there, and in C++ a
+// value outside the enum's range must not be read as the enum type, so an argument is read
+// through its bytes until it is checked.
+template <class E>
+int enumArg(const E& e) {
+  static_assert(std::is_enum<E>::value && sizeof(E) == sizeof(int), "an int-sized enum");
+  int v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
 
 // Records a failed Status for ncclGetLastError (process-wide and on comm) and maps its code.
 ncclResult_t report(ncclComm_t comm, const Status& s);
@@ -43,7 +56,7 @@ ncclResult_t guarded(ncclComm_t comm, const char* fn, Body&& body) noexcept {
 Result<CommRef> usableComm(ncclComm_t comm, const char* fn);
 // The same for the length of one call, without a reference count (collectives).
 Status pinComm(ncclComm_t comm, const char* fn, CommPin* pin);
-Status checkType(ncclDataType_t type, const char* fn);
+Status checkType(const ncclDataType_t& type, const char* fn);
 // count elements (times multiplier) of type at ptr: non-NULL unless empty, no size overflow.
 Status checkBuffer(const void* ptr, size_t count, size_t multiplier, ncclDataType_t type,
                    const char* name, const char* fn);

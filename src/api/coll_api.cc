@@ -34,11 +34,11 @@ extern "C" ncclResult_t pncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar,
     if (op == nullptr) return invalidArgument("%s: op is NULL", fn);
     if (scalar == nullptr) return invalidArgument("%s: scalar is NULL", fn);
     CHORUS_TRY(checkType(datatype, fn));
-    if (residence != ncclScalarHostImmediate && residence != ncclScalarDevice)
-      return invalidArgument("%s: residence %d is not an ncclScalarResidence_t", fn,
-                             static_cast<int>(residence));
+    const int where = enumArg(residence);
+    if (where != ncclScalarHostImmediate && where != ncclScalarDevice)
+      return invalidArgument("%s: residence %d is not an ncclScalarResidence_t", fn, where);
     Result<int> id = c.value()->createPreMulSum(scalar, static_cast<DataType>(datatype),
-                                                residence == ncclScalarHostImmediate);
+                                                where == ncclScalarHostImmediate);
     if (!id.isOk()) return id.status();
     *op = static_cast<ncclRedOp_t>(id.value());
     return Status::ok();
@@ -50,7 +50,7 @@ extern "C" ncclResult_t pncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
   return guarded(comm, "ncclRedOpDestroy", [&]() -> Status {
     Result<CommRef> c = usableComm(comm, "ncclRedOpDestroy");
     if (!c.isOk()) return c.status();
-    return c.value()->destroyOp(static_cast<int>(op));
+    return c.value()->destroyOp(enumArg(op));
   });
 }
 NCCL_ALIAS(ncclRedOpDestroy)
@@ -59,7 +59,7 @@ namespace {
 
 // What every collective checks first: the communicator, the datatype, the op and the root.
 // Fills args->type/op/root and pins the communicator.
-Status prepare(ncclComm_t comm, const char* fn, ncclDataType_t datatype, const int* op,
+Status prepare(ncclComm_t comm, const char* fn, const ncclDataType_t& datatype, const int* op,
                const int* root, CollArgs* args, CommPin* c) {
   CHORUS_TRY(pinComm(comm, fn, c));
   CHORUS_TRY(checkType(datatype, fn));
@@ -115,7 +115,7 @@ extern "C" ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, siz
   return guarded(comm, "ncclAllReduce", [&]() -> Status {
     const char* fn = "ncclAllReduce";
     CollArgs a;
-    int opValue = static_cast<int>(op);
+    int opValue = enumArg(op);
     CommPin c;
     CHORUS_TRY(prepare(comm, fn, datatype, &opValue, nullptr, &a, &c));
     CHORUS_TRY(checkBuffer(sendbuff, count, 1, datatype, "sendbuff", fn));
@@ -161,7 +161,7 @@ extern "C" ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff,
   return guarded(comm, "ncclReduceScatter", [&]() -> Status {
     const char* fn = "ncclReduceScatter";
     CollArgs a;
-    int opValue = static_cast<int>(op);
+    int opValue = enumArg(op);
     CommPin c;
     CHORUS_TRY(prepare(comm, fn, datatype, &opValue, nullptr, &a, &c));
     size_t n = static_cast<size_t>(c->nranks());
@@ -215,7 +215,7 @@ extern "C" ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t
   return guarded(comm, "ncclReduce", [&]() -> Status {
     const char* fn = "ncclReduce";
     CollArgs a;
-    int opValue = static_cast<int>(op);
+    int opValue = enumArg(op);
     CommPin c;
     CHORUS_TRY(prepare(comm, fn, datatype, &opValue, &root, &a, &c));
     bool isRoot = c->rank() == root;

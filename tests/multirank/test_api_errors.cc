@@ -59,6 +59,41 @@ TEST(ApiErrors, NullAndInvalidArgumentsAreNamed) {
   EXPECT_EQ(ncclAllReduce(nullptr, nullptr, 0, ncclFloat, ncclSum, s.comm, nullptr), ncclSuccess);
 }
 
+// C callers may pass any int for an enum: values outside the enums' ranges, negative ones
+// included, are refused by name on every entry point that takes one.
+TEST(ApiErrors, EnumArgumentsOutOfRangeAreNamed) {
+  SoloComm s;
+  float a[4] = {1, 2, 3, 4}, b[4];
+  const ncclDataType_t badType = static_cast<ncclDataType_t>(-3);
+  const ncclRedOp_t badOp = static_cast<ncclRedOp_t>(-2);
+  auto expectType = [&](ncclResult_t r, const char* fn) {
+    EXPECT_EQ(r, ncclInvalidArgument) << fn;
+    EXPECT_NE(lastError(s.comm).find("datatype -3"), std::string::npos)
+        << fn << ": " << lastError(s.comm);
+  };
+  expectType(ncclAllReduce(a, b, 4, badType, ncclSum, s.comm, nullptr), "ncclAllReduce");
+  expectType(ncclBroadcast(a, b, 4, badType, 0, s.comm, nullptr), "ncclBroadcast");
+  expectType(ncclReduce(a, b, 4, badType, ncclSum, 0, s.comm, nullptr), "ncclReduce");
+  expectType(ncclAllGather(a, b, 4, badType, s.comm, nullptr), "ncclAllGather");
+  expectType(ncclReduceScatter(a, b, 4, badType, ncclSum, s.comm, nullptr), "ncclReduceScatter");
+  expectType(ncclAlltoAll(a, b, 4, badType, s.comm, nullptr), "ncclAlltoAll");
+  expectType(ncclSend(a, 4, badType, 0, s.comm, nullptr), "ncclSend");
+  expectType(ncclRecv(b, 4, badType, 0, s.comm, nullptr), "ncclRecv");
+  EXPECT_EQ(ncclAllReduce(a, b, 4, ncclFloat, badOp, s.comm, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("op -2"), std::string::npos) << lastError(s.comm);
+  EXPECT_EQ(ncclRedOpDestroy(badOp, s.comm), ncclInvalidArgument);
+  float scalar = 2;
+  ncclRedOp_t made;
+  EXPECT_EQ(ncclRedOpCreatePreMulSum(&made, &scalar, ncclFloat,
+                                     static_cast<ncclScalarResidence_t>(9), s.comm),
+            ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("residence 9"), std::string::npos) << lastError(s.comm);
+  EXPECT_EQ(ncclRedOpCreatePreMulSum(&made, &scalar, badType, ncclScalarHostImmediate, s.comm),
+            ncclInvalidArgument);
+  EXPECT_STREQ(ncclGetErrorString(static_cast<ncclResult_t>(-1)), "unknown result code");
+  EXPECT_STREQ(ncclGetErrorString(static_cast<ncclResult_t>(1000)), "unknown result code");
+}
+
 TEST(ApiErrors, RootsAndRootOnlyBuffers) {
   SoloComm s;
   float a[4] = {1, 2, 3, 4}, b[4];
