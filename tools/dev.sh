@@ -80,9 +80,20 @@ case "${1:-}" in
     export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
     export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$supp/tsan.supp"
     # Instrumented code runs several times slower: the suites get longer limits.
-    # shellcheck disable=SC2086
-    meson test -C "$SAN_BUILD_DIR" --print-errorlogs --num-processes "$JOBS" \
-      --timeout-multiplier 8 ${MESON_TEST_ARGS:-}
+    san_test() {
+      # shellcheck disable=SC2086
+      meson test -C "$SAN_BUILD_DIR" --print-errorlogs --num-processes "$JOBS" \
+        --timeout-multiplier 8 ${MESON_TEST_ARGS:-} "$@"
+    }
+    if [ "$kind" = thread ]; then
+      # ThreadSanitizer cannot follow a fork from a process that still runs threads, and the
+      # API-misuse tests leave rendezvous roots waiting for ranks that never come: the tests
+      # that fork ranks after them run in a process of their own.
+      GTEST_FILTER='-PeerFailure.*' san_test
+      GTEST_FILTER='PeerFailure.*' san_test test_api_errors
+    else
+      san_test
+    fi
     ;;
   *)
     echo "usage: $0 perf|test|build|sanitize" >&2
