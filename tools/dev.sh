@@ -60,13 +60,13 @@ case "${1:-}" in
     meson test -C "$BUILD_DIR" --print-errorlogs --num-processes "$JOBS" ${MESON_TEST_ARGS:-}
     ;;
   sanitize)
-    install_packages
     kind=${2:-address}
     case "$kind" in
       address) sanitize=address,undefined ;;
       thread) sanitize=thread ;;
       *) echo "usage: $0 sanitize [address|thread]" >&2; exit 2 ;;
     esac
+    install_packages
     SAN_BUILD_DIR=${SAN_BUILD_DIR:-build-${kind:0:1}san}
     if [ ! -f "$SAN_BUILD_DIR/build.ninja" ]; then
       # The CUDA kernels and the micro-benchmarks are left out: nvcc code is not instrumented.
