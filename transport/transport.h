@@ -20,9 +20,10 @@ namespace chorus {
 
 constexpr int kMaxExtraAddrs = 3;
 
-// What every rank publishes about itself at init (exchanged with allGather; plain data).
+// CPUs a PeerInfo's mask describes.
 constexpr int kCpuMaskBits = 1024;
 
+// What every rank publishes about itself at init (exchanged with allGather; plain data).
 struct PeerInfo {
   int32_t rank;
   int32_t pid;

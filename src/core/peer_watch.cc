@@ -21,11 +21,12 @@ struct flock lockRegion(short type) {
   return fl;
 }
 
-}  // namespace
-
+// The file name of a rank's liveness lock.
 std::string peerWatchName(const std::string& prefix, int rank) {
   return prefix + "-live-" + std::to_string(rank);
 }
+
+}  // namespace
 
 PeerWatch::~PeerWatch() {
   {

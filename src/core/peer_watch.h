@@ -72,7 +72,4 @@ class PeerWatch {
   bool stop_ = false;
 };
 
-// The file name of a rank's liveness lock.
-std::string peerWatchName(const std::string& prefix, int rank);
-
 }  // namespace chorus
