@@ -2,8 +2,10 @@
 //   chorus-topo [--file F] [--json|--dot]
 //                                this host (or the topology file F, as CHORUS_TOPO_FILE would
 //                                load it): CPUs, NUMA nodes, caches, interfaces, HCAs, GPUs, a
-//                                device matrix like `nvidia-smi topo -m`, and the ring and trees
-//                                for one rank per GPU (per NUMA node without GPUs)
+//                                device matrix like `nvidia-smi topo -m`, the transport a device
+//                                communicator would use between every two GPUs (CHORUS_P2P_LEVEL,
+//                                CHORUS_P2P_DISABLE and CHORUS_SHM_DISABLE apply), and the ring
+//                                and trees for one rank per GPU (per NUMA node without GPUs)
 //   chorus-topo --comm [--dot]   run as every rank of a job (e.g. under chorusrun); rank 0
 //                                prints the hosts, the transport and expected bandwidth between
 //                                every pair of ranks, the ring and both trees (or Graphviz DOT)
@@ -20,6 +22,7 @@
 #include "topo/discover.h"
 #include "topo/hca_filter.h"
 #include "topo/topo_file.h"
+#include "transport/device_path.h"
 
 namespace {
 
@@ -97,7 +100,30 @@ std::string linkText(const chorus::LocalTopology& t, const Device& a, const Devi
   return chorus::pciDistanceName(chorus::pciDistance(t, a.busId, b.busId));
 }
 
-void printLocal(const chorus::LocalTopology& t) {
+// The transport of a device communicator between every two GPUs, one rank (process) per GPU.
+void printDeviceTransports(const chorus::LocalTopology& t, const chorus::DevicePathOptions& o) {
+  printf(
+      "\n# Device transports (one rank per GPU, this host): P2P level %s, P2P %s, shared memory "
+      "%s\n%-6s",
+      chorus::p2pLevelName(o.p2pLevel), o.p2pDisabled ? "disabled" : "enabled",
+      o.shmDisabled ? "disabled" : "enabled", "");
+  std::vector<chorus::DeviceEndpoint> ranks;
+  for (const chorus::Gpu& g : t.gpus) {
+    printf(" %10s", chorus::formatString("GPU%d", g.index).c_str());
+    ranks.push_back(chorus::makeDeviceEndpoint(t.hostId, 1 + g.index, g.index, g.pciBusId));
+  }
+  printf("\n");
+  for (size_t a = 0; a < ranks.size(); ++a) {
+    printf("%-6s", chorus::formatString("GPU%d", t.gpus[a].index).c_str());
+    for (size_t b = 0; b < ranks.size(); ++b)
+      printf(" %10s", a == b ? "X"
+                             : chorus::devicePathName(
+                                   chorus::chooseDevicePath(t, ranks[a], ranks[b], o).kind));
+    printf("\n");
+  }
+}
+
+void printLocal(const chorus::LocalTopology& t, const chorus::DevicePathOptions& deviceOptions) {
   printf("# host %s (host id %016llx, from %s)\n", t.hostname.c_str(),
          static_cast<unsigned long long>(t.hostId), t.source.c_str());
   printf("# cpu: %s; %zu package(s), %zu NUMA node(s), %d cores, %d PUs\n",
@@ -155,6 +181,7 @@ void printLocal(const chorus::LocalTopology& t) {
     for (const Device& d : devs)
       if (d.gpu < 0) printf("%s: %s (pci %s)\n", d.label.c_str(), d.name.c_str(), d.busId.c_str());
   }
+  if (!t.gpus.empty()) printDeviceTransports(t, deviceOptions);
 
   // One rank per GPU (or NUMA node): the ring, both trees, and each rank's nearest interface.
   std::vector<int> order = chorus::localRingOrder(t);
@@ -218,12 +245,19 @@ int runLocal(const char* file, bool json, bool dot) {
     fprintf(stderr, "chorus-topo: %s\n", topo.status().message().c_str());
     return 1;
   }
-  if (json)
+  if (json) {
     fputs(chorus::dumpTopology(topo.value()).c_str(), stdout);
-  else if (dot)
+  } else if (dot) {
     printLocalDot(topo.value());
-  else
-    printLocal(topo.value());
+  } else {
+    chorus::Result<chorus::DevicePathOptions> deviceOptions = chorus::DevicePathOptions();
+    if (!topo.value().gpus.empty()) deviceOptions = chorus::devicePathOptionsFromEnv();
+    if (!deviceOptions.isOk()) {
+      fprintf(stderr, "chorus-topo: %s\n", deviceOptions.status().message().c_str());
+      return 1;
+    }
+    printLocal(topo.value(), deviceOptions.value());
+  }
   return 0;
 }
 

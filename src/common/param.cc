@@ -57,6 +57,14 @@ const std::vector<ParamDef> kParams = {
     // Shared memory
     {"SHM_DISABLE", ParamType::kInt, "0",
      "1: never use shared memory, even between ranks on one host", true},
+    {"P2P_DISABLE", ParamType::kInt, "0",
+     "1: no peer-to-peer (CUDA IPC, peer access, NVLink) between different GPUs of a device "
+     "communicator; shared memory instead",
+     true},
+    {"P2P_LEVEL", ParamType::kString, "",
+     "Farthest apart two GPUs may be for peer-to-peer: LOC (never), NVL (NVLink only), PIX, PXB, "
+     "PHB or SYS (PCIe distances), or NCCL's numbers 0-5 (empty: PXB)",
+     true},
     // Host communicators
     {"HOST_COMM", ParamType::kInt, "-1",
      "1: communicators run on host memory; 0: require a CUDA device; -1: host when no CUDA device "
@@ -96,6 +104,10 @@ const std::vector<ParamDef> kParams = {
     {"ALGO", ParamType::kString, "",
      "Algorithms the selector may use: comma list of ring, tree, oneshot, twoshot, direct "
      "(both direct ones); ^ in front excludes them",
+     true},
+    {"PROTO", ParamType::kString, "",
+     "Protocols device communicators may use: comma list of LL, Simple (LL128 is accepted and "
+     "has no effect); ^ in front excludes them",
      true},
     {"MIN_CHANNELS", ParamType::kInt, "1",
      "Fewest parallel rings (channels, each driven by its own thread) a ring collective uses",

@@ -84,6 +84,18 @@ check "dual-socket fixture: NVLink pairs, PIX to the local HCA, SYS across socke
 check "8-GPU NVSwitch fixture: every GPU pair over NVSwitch, one NIC per GPU pair" \
   $([ "$(grep -cE '^GPU[0-7]( +(X|NVS)){8} ' "$tmp/nvl.txt")" -eq 8 ] \
     && grep -q '^# GPU7 uses interface ibp193s0' "$tmp/nvl.txt"; echo $?)
+check "device transports: P2P/NVLink between every two GPUs of the NVSwitch fixture" \
+  $(grep -q '^# Device transports (one rank per GPU, this host): P2P level PXB' "$tmp/nvl.txt" \
+    && [ "$(grep -cE '^GPU[0-7]( +(X|P2P/NVLink)){8}$' "$tmp/nvl.txt")" -eq 8 ]; echo $?)
+check "device transports: NVLink pairs, shared memory across sockets (dual-socket fixture)" \
+  $(grep -qE '^GPU0 +X +P2P/NVLink +SHM +SHM$' "$tmp/dual.txt"; echo $?)
+CHORUS_P2P_LEVEL=SYS "$topo" --file "$fixtures/dual_socket_4gpu_2nic.json" > "$tmp/dualsys.txt" 2>&1
+check "device transports: CHORUS_P2P_LEVEL=SYS stages across sockets without peer access" \
+  $(grep -qE '^GPU0 +X +P2P/NVLink +P2P/staged +P2P/staged$' "$tmp/dualsys.txt"; echo $?)
+CHORUS_P2P_LEVEL=far "$topo" --file "$fixtures/nvlink_8gpu.json" > "$tmp/badlevel.txt" 2>&1
+status=$?
+check "chorus-topo refuses CHORUS_P2P_LEVEL=far (exit $status) naming the variable" \
+  $([ $status -eq 1 ] && grep -q 'CHORUS_P2P_LEVEL=far' "$tmp/badlevel.txt"; echo $?)
 "$topo" --file "$fixtures/cpu_2numa.json" > "$tmp/cpu.txt" 2>&1
 check "CPU-only 2-NUMA fixture: a rank per NUMA node, each on its local NIC" \
   $(grep -q '^# ring for one rank per NUMA node: numa0 numa1' "$tmp/cpu.txt" \

@@ -1,0 +1,143 @@
+#include "cuda/dev_emulator.h"
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+
+#include "cuda/dev_dispatch.h"
+#include "cuda/dev_kernel.h"
+
+namespace chorus {
+namespace dev {
+
+namespace {
+
+// A reusable barrier of a fixed number of threads (a block's __syncthreads).
+class SpinBarrier {
+ public:
+  explicit SpinBarrier(int n) : n_(n) {}
+  void wait() {
+    const uint32_t gen = generation_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_) {
+      arrived_.store(0, std::memory_order_relaxed);
+      generation_.fetch_add(1, std::memory_order_acq_rel);
+      return;
+    }
+    while (generation_.load(std::memory_order_acquire) == gen) std::this_thread::yield();
+  }
+
+ private:
+  const int n_;
+  std::atomic<int> arrived_{0};
+  std::atomic<uint32_t> generation_{0};
+};
+
+struct HostBlock {
+  int tid;
+  int nthreads;
+  SpinBarrier* barrier;
+  BlockShared* shared;
+  void sync() { barrier->wait(); }
+};
+
+template <class F, RedKind K>
+void runBlocks(const Launch& launch, int threadsPerBlock) {
+  const int nblocks = launch.comm->nchannels;
+  std::vector<std::unique_ptr<SpinBarrier>> barriers;
+  std::vector<BlockShared> shared(static_cast<size_t>(nblocks));
+  for (int b = 0; b < nblocks; ++b) barriers.emplace_back(new SpinBarrier(threadsPerBlock));
+  auto body = [&](int b, int t) {
+    HostBlock block{t, threadsPerBlock, barriers[static_cast<size_t>(b)].get(),
+                    &shared[static_cast<size_t>(b)]};
+    runChannel<F, K>(launch, b, block);
+  };
+  std::vector<std::thread> threads;
+  for (int b = 0; b < nblocks; ++b)
+    for (int t = 0; t < threadsPerBlock; ++t)
+      if (b != 0 || t != 0) threads.emplace_back(body, b, t);
+  body(0, 0);
+  for (std::thread& th : threads) th.join();
+}
+
+}  // namespace
+
+struct EmuClique::FifoMemory {
+  // Per protocol: slots, then tail and head on lines of their own; the ends' steps apart.
+  std::vector<char> slots[kNumProtos];
+  alignas(64) uint64_t tail[kNumProtos][8] = {};
+  alignas(64) uint64_t head[kNumProtos][8] = {};
+  uint64_t sendStep[kNumProtos] = {};
+  uint64_t recvStep[kNumProtos] = {};
+};
+
+EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& ringOrder)
+    : nranks_(nranks),
+      barriers_(static_cast<size_t>(nranks) * 8, 0),
+      errors_(static_cast<size_t>(nranks), 0) {
+  for (int i = 0; i < nranks; ++i)
+    ring_.push_back(ringOrder.empty() ? i : ringOrder[static_cast<size_t>(i)]);
+  // One FIFO per (receiving rank, channel): rank r receives from its ring predecessor.
+  for (int r = 0; r < nranks; ++r)
+    for (int c = 0; c < g.nchannels; ++c) {
+      auto m = std::make_unique<FifoMemory>();
+      for (int p = 0; p < kNumProtos; ++p)
+        m->slots[p].assign(static_cast<size_t>(g.nslots[p]) * g.slotBytes[p] + 16, 0);
+      memory_.push_back(std::move(m));
+    }
+  auto fifoOf = [&](int rank, int c) -> FifoMemory& {
+    return *memory_[static_cast<size_t>(rank * g.nchannels + c)];
+  };
+  for (int pos = 0; pos < nranks; ++pos) {
+    const int rank = ring_[static_cast<size_t>(pos)];
+    const int next = ring_[static_cast<size_t>((pos + 1) % nranks)];
+    auto comm = std::make_unique<Comm>();
+    comm->rank = rank;
+    comm->nranks = nranks;
+    comm->ringIndex = pos;
+    comm->nchannels = g.nchannels;
+    comm->ringRanks = ring_.data();
+    comm->barrier = &barriers_[static_cast<size_t>(rank) * 8];
+    comm->abortFlag = &abortFlag_;
+    comm->errorFlag = &errors_[static_cast<size_t>(rank)];
+    for (int c = 0; c < g.nchannels; ++c) {
+      FifoMemory& in = fifoOf(rank, c);   // filled by the predecessor
+      FifoMemory& out = fifoOf(next, c);  // the successor's
+      for (int p = 0; p < kNumProtos; ++p) {
+        auto align16 = [](char* q) {
+          return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(q) + 15) & ~uintptr_t(15));
+        };
+        Fifo& s = comm->channels[c].send[p];
+        s.slots = align16(out.slots[p].data());
+        s.tail = &out.tail[p][0];
+        s.head = &out.head[p][0];
+        s.step = &out.sendStep[p];
+        s.nslots = g.nslots[p];
+        s.slotBytes = g.slotBytes[p];
+        Fifo& r = comm->channels[c].recv[p];
+        r.slots = align16(in.slots[p].data());
+        r.tail = &in.tail[p][0];
+        r.head = &in.head[p][0];
+        r.step = &in.recvStep[p];
+        r.nslots = g.nslots[p];
+        r.slotBytes = g.slotBytes[p];
+      }
+    }
+    comms_.resize(static_cast<size_t>(nranks));
+    comms_[static_cast<size_t>(rank)] = std::move(comm);
+  }
+}
+
+EmuClique::~EmuClique() = default;
+
+bool emuRunLaunch(const Launch& launch, int threadsPerBlock) {
+  if (launch.nworks == 0) return true;
+  const Work& w = launch.works[0];
+  return withKernelKey(static_cast<DataType>(w.type), static_cast<RedKind>(w.redKind),
+                       [&](auto format, auto kind) {
+                         using F = typename decltype(format)::Format;
+                         runBlocks<F, decltype(kind)::kKind>(launch, threadsPerBlock);
+                       });
+}
+
+}  // namespace dev
+}  // namespace chorus

@@ -1,0 +1,54 @@
+// The device kernels' code run on the CPU: a clique of ranks whose FIFOs live in host memory,
+// each rank's launch run by host threads standing in for the blocks (and the threads of each
+// block) of a kernel. Tests prove the primitives, the protocols and the work encoding with it
+// where there is no GPU; nothing here touches CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "cuda/dev_work.h"
+
+namespace chorus {
+namespace dev {
+
+struct EmuGeometry {
+  int nchannels = 2;
+  uint32_t nslots[kNumProtos] = {4, 4};
+  uint32_t slotBytes[kNumProtos] = {1024, 4096};  // LL, Simple
+};
+
+// Host memory for the FIFOs of nranks ranks in a ring 0 -> 1 -> ... -> nranks-1 -> 0 (or the
+// order given), wired the way a device communicator wires device memory.
+class EmuClique {
+ public:
+  EmuClique(int nranks, const EmuGeometry& geometry, const std::vector<int>& ringOrder = {});
+  ~EmuClique();
+  EmuClique(const EmuClique&) = delete;
+  EmuClique& operator=(const EmuClique&) = delete;
+
+  int nranks() const { return nranks_; }
+  Comm* comm(int rank) { return comms_[static_cast<size_t>(rank)].get(); }
+  const int32_t* ringRanks() const { return ring_.data(); }
+  // Stops every waiting block (as ncclCommAbort raises the device's abort flag).
+  void abort() { __atomic_store_n(&abortFlag_, 1u, __ATOMIC_RELEASE); }
+
+ private:
+  struct FifoMemory;
+  int nranks_;
+  std::vector<int32_t> ring_;
+  std::vector<std::unique_ptr<Comm>> comms_;
+  std::vector<std::unique_ptr<FifoMemory>> memory_;
+  std::vector<uint64_t> barriers_;
+  std::vector<uint32_t> errors_;
+  uint32_t abortFlag_ = 0;
+};
+
+// Runs one launch of one rank to completion on this thread plus comm->nchannels x
+// threadsPerBlock - 1 others; false when the launch's kernel key is unknown.
+bool emuRunLaunch(const Launch& launch, int threadsPerBlock);
+
+}  // namespace dev
+}  // namespace chorus

@@ -1,0 +1,148 @@
+// The body of the collective kernel: block `channel` of a launch runs that channel's share of
+// every work in order, with the ring algorithms (algorithms/ring_*.h) over the device ring
+// primitives. One instantiation per (element format, reduction kind); the collective and the
+// protocol are read from each work. The CPU runs the same body in tests (Block: dev_prims.h).
+#pragma once
+
+#include <cstring>
+
+#include "algorithms/ring_allgather.h"
+#include "algorithms/ring_allreduce.h"
+#include "algorithms/ring_broadcast.h"
+#include "algorithms/ring_reduce.h"
+#include "algorithms/ring_reduce_scatter.h"
+#include "cuda/dev_prims.h"
+
+namespace chorus {
+namespace dev {
+
+// Every block of the launch waits here until all have arrived. Each barrier adds nchannels to
+// the counter and every launch runs nchannels blocks, so the counter is a multiple of it at
+// each barrier's start, whatever ran before (also when a CUDA graph replays the launch).
+template <class Block>
+CHORUS_HD bool gridBarrier(const Comm& comm, Block& b) {
+  b.sync();
+  if (b.tid == 0) {
+    const uint64_t n = static_cast<uint64_t>(comm.nchannels);
+    uint64_t old = fetchAdd(comm.barrier, 1);
+    uint64_t target = old - old % n + n;
+    uint32_t spins = 0;
+    while (loadAcquire(comm.barrier) < target) {
+      if ((++spins & 63u) == 0 && comm.abortFlag != nullptr && *comm.abortFlag != 0) {
+        b.shared->aborted = 1;
+        break;
+      }
+      pollPause();
+    }
+  }
+  b.sync();
+  return b.shared->aborted == 0;
+}
+
+// The PreMulSum scalar of a work, decoded.
+template <class F>
+CHORUS_HD typename F::Compute workScalar(const Work& w) {
+  using S = typename F::Store;
+  S v;
+  if (w.scalarPtr != nullptr) {
+    v = *static_cast<const S*>(w.scalarPtr);
+  } else {
+    uint64_t bits = w.scalarBits;
+    memcpy(&v, &bits, sizeof v);  // the encoding sits in the low bytes
+  }
+  return F::decode(v);
+}
+
+// One rank alone: out = finalize(op(in)), this channel's slice.
+template <class F, RedKind K, class Block>
+CHORUS_HD void runLocal(const Comm& comm, const Work& w, int channel, Block& b) {
+  using S = typename F::Store;
+  uint64_t begin, end;
+  channelSliceOf(w.count, sizeof(S), channel, w.nchannels, &begin, &end);
+  const bool reduce =
+      w.coll == Coll::kAllReduce || w.coll == Coll::kReduceScatter || w.coll == Coll::kReduce;
+  const S* in = static_cast<const S*>(w.sendbuff);
+  S* out = static_cast<S*>(w.recvbuff);
+  const typename F::Compute scalar = workScalar<F>(w);
+  for (uint64_t i = begin + static_cast<uint64_t>(b.tid); i < end;
+       i += static_cast<uint64_t>(b.nthreads)) {
+    S v = in[i];
+    if (reduce && K == RedKind::kPreMulSum) {
+      v = applyStep<F, Step::kScale>(v, v, scalar, comm.nranks);
+    } else if (reduce && K == RedKind::kAvg) {
+      v = applyStep<F, Step::kDivide>(v, v, scalar, comm.nranks);
+    }
+    out[i] = v;
+  }
+}
+
+template <class F, RedKind K, Proto P, class Block>
+CHORUS_HD bool runRing(const Comm& comm, const Work& w, int channel, Block& b) {
+  using S = typename F::Store;
+  const Channel& ch = comm.channels[channel];
+  uint64_t begin, end;
+  channelSliceOf(w.count, sizeof(S), channel, w.nchannels, &begin, &end);
+  if (begin == end) return true;
+  const char* input = static_cast<const char*>(w.sendbuff) + begin * sizeof(S);
+  char* output = static_cast<char*>(w.recvbuff) + begin * sizeof(S);
+  RingPrims<F, K, P, Block> p(comm, ch, input, output, workScalar<F>(w), b);
+  const size_t chunk = p.chunkElems();
+  bool ok = true;
+  switch (w.coll) {
+    case Coll::kAllReduce: {
+      RingAllReduceShape s{end - begin, chunk, comm.nranks, comm.ringIndex};
+      ok = ringAllReduce(p, s);
+      break;
+    }
+    case Coll::kReduceScatter: {
+      RingReduceScatterShape s{end - begin,    chunk,          comm.nranks,
+                               comm.ringIndex, comm.ringRanks, w.count};
+      ok = ringReduceScatter(p, s);
+      break;
+    }
+    case Coll::kReduce: {
+      RingReduceShape s{end - begin, chunk, comm.nranks, comm.ringIndex, w.rootIndex};
+      ok = ringReduce(p, s);
+      break;
+    }
+    case Coll::kAllGather:
+      if constexpr (K == RedKind::kSum) {
+        RingAllGatherShape s{end - begin,    chunk,          comm.nranks,
+                             comm.ringIndex, comm.ringRanks, w.count};
+        ok = ringAllGather(p, s);
+      }
+      break;
+    case Coll::kBroadcast:
+      if constexpr (K == RedKind::kSum) {
+        RingBroadcastShape s{end - begin,    chunk,       comm.nranks,
+                             comm.ringIndex, w.rootIndex, w.sendbuff == w.recvbuff};
+        ok = ringBroadcast(p, s);
+      }
+      break;
+  }
+  p.finish();
+  return ok;
+}
+
+template <class F, RedKind K, class Block>
+CHORUS_HD void runChannel(const Launch& launch, int channel, Block& b) {
+  const Comm& comm = *launch.comm;
+  if (b.tid == 0) b.shared->aborted = 0;
+  b.sync();
+  for (int i = 0; i < launch.nworks; ++i) {
+    const Work& w = launch.works[i];
+    // Later works may read what earlier ones wrote on other channels.
+    if (i > 0 && !gridBarrier(comm, b)) return;
+    if (channel >= w.nchannels) continue;
+    if (comm.nranks == 1) {
+      runLocal<F, K>(comm, w, channel, b);
+      continue;
+    }
+    bool ok = w.proto == Proto::kLl ? runRing<F, K, Proto::kLl>(comm, w, channel, b)
+                                    : runRing<F, K, Proto::kSimple>(comm, w, channel, b);
+    if (!ok) return;
+  }
+}
+
+}  // namespace dev
+}  // namespace chorus

@@ -1,0 +1,52 @@
+// The collective kernels: runChannel (dev_kernel.h) instantiated for every reduction kind of
+// one element format, one block per channel, kBlockThreads threads a block. Each data type's
+// kernels are compiled in a file of their own (dev_kernels_type.cu.in), so the build spreads
+// them over the cores.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/dev_dispatch.h"
+#include "cuda/dev_kernel.h"
+#include "cuda/dev_launch.h"
+
+namespace chorus {
+namespace dev {
+
+struct DeviceBlock {
+  int tid;
+  int nthreads;
+  BlockShared* shared;
+  __host__ __device__ void sync() {
+#ifdef __CUDA_ARCH__
+    __syncthreads();
+#endif
+  }
+};
+
+template <class F, RedKind K>
+__global__ void __launch_bounds__(kBlockThreads) collectiveKernel(Launch launch) {
+  __shared__ BlockShared shared;
+  DeviceBlock block{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), &shared};
+  runChannel<F, K>(launch, static_cast<int>(blockIdx.x), block);
+}
+
+template <class F>
+Status launchFormat(const Launch& launch, int nblocks, void* stream) {
+  cudaError_t err = cudaSuccess;
+  bool known = withKind<F>(static_cast<RedKind>(launch.works[0].redKind), [&](auto, auto kind) {
+    collectiveKernel<F, decltype(kind)::kKind>
+        <<<nblocks, kBlockThreads, 0, static_cast<cudaStream_t>(stream)>>>(launch);
+    err = cudaGetLastError();
+  });
+  if (!known)
+    return invalidArgument("no collective kernel for reduction %d", launch.works[0].redKind);
+  if (err != cudaSuccess)
+    return Status(Code::kUnhandledCudaError,
+                  formatString("collective kernel launch failed: %s (CUDA error %d)",
+                               cudaGetErrorString(err), static_cast<int>(err)));
+  return Status::ok();
+}
+
+}  // namespace dev
+}  // namespace chorus

@@ -1,0 +1,194 @@
+#include "cuda/dev_plan.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+
+#include "common/param.h"
+
+namespace chorus {
+namespace dev {
+
+namespace {
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+// Per ring step: a fixed cost, and the rate one channel's block moves data at.
+struct ProtoCost {
+  double stepUs;
+  double channelGBps;
+};
+constexpr ProtoCost kCost[kNumProtos] = {
+    {1.0, 6.0},   // LL: no fence, the flag travels with the data; half the payload per line
+    {3.0, 24.0},  // Simple: a system fence and a counter round trip per slot
+};
+constexpr double kChannelUs = 0.3;  // each further block of the launch
+
+}  // namespace
+
+const char* protoName(Proto p) {
+  return p == Proto::kLl ? "LL" : "Simple";
+}
+
+Result<ProtoMask> parseProtoList(const std::string& value, const std::string& source) {
+  ProtoMask m;
+  std::string text = trim(value);
+  if (text.empty()) return m;
+  bool exclude = text[0] == '^';
+  if (exclude) text = text.substr(1);
+  uint32_t named = 0;
+  bool anyName = false;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    std::string name = lower(
+        trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
+    if (name == "ll") {
+      named |= 1u << static_cast<int>(Proto::kLl);
+    } else if (name == "simple") {
+      named |= 1u << static_cast<int>(Proto::kSimple);
+    } else if (name != "ll128") {
+      return invalidArgument(
+          "%s: unknown protocol '%s' (accepted: LL, LL128, Simple, comma "
+          "separated, ^ in front to exclude)",
+          source.c_str(), name.c_str());
+    }
+    anyName = true;
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (!anyName) return invalidArgument("%s names no protocol", source.c_str());
+  m.bits = exclude ? ((1u << kNumProtos) - 1) & ~named : named;
+  if (m.bits == 0)
+    return invalidArgument(
+        "%s leaves no protocol Chorus has (LL and Simple; LL128 is not "
+        "implemented)",
+        source.c_str());
+  m.isSet = true;
+  m.text = source;
+  return m;
+}
+
+Result<ProtoMask> protoOverride() {
+  ParamValue v = paramRaw("PROTO");
+  if (!v.isSet || trim(v.value).empty()) return ProtoMask();
+  return parseProtoList(v.value, v.source + "=" + v.value);
+}
+
+double predictDeviceUs(int nranks, Collective coll, Proto proto, int nchannels, size_t bytes) {
+  const double n = nranks;
+  // Ring steps per byte of the call, and the steps of the whole call.
+  double steps = n - 1;
+  double share = (n - 1) / n;  // of `bytes` each rank passes on
+  if (coll == Collective::kAllReduce) {
+    steps = 2 * (n - 1);
+    share = 2 * (n - 1) / n;
+  } else if (coll == Collective::kBroadcast || coll == Collective::kReduce) {
+    share = 1;
+  }
+  const ProtoCost& c = kCost[static_cast<int>(proto)];
+  const double perChannelBytes = static_cast<double>(bytes) * share / nchannels;
+  return steps * c.stepUs + perChannelBytes / (c.channelGBps * 1e3) + kChannelUs * (nchannels - 1);
+}
+
+DeviceChoice chooseDevice(const DeviceShape& shape, Collective coll, size_t bytes) {
+  DeviceChoice best;
+  bool found = false;
+  const int hi = std::max(1, std::min(shape.maxChannels, shape.nchannels));
+  const int lo = std::max(1, std::min(shape.minChannels, hi));
+  for (int p = 0; p < kNumProtos; ++p) {
+    Proto proto = static_cast<Proto>(p);
+    if (!shape.protos.allows(proto)) continue;
+    for (int ch = lo; ch <= hi; ++ch) {
+      double us = predictDeviceUs(shape.nranks, coll, proto, ch, bytes);
+      if (!found || us < best.us) {
+        best = DeviceChoice{proto, ch, us};
+        found = true;
+      }
+    }
+  }
+  return best;
+}
+
+size_t deviceCallBytes(const DeviceCall& call, int nranks) {
+  size_t bytes = call.count * dataTypeSize(call.type);
+  if (call.coll == Collective::kAllGather || call.coll == Collective::kReduceScatter)
+    bytes *= static_cast<size_t>(nranks);
+  return bytes;
+}
+
+Status encodeLaunches(const DeviceShape& shape, const Comm* comm, const DeviceCall* calls, size_t n,
+                      std::vector<Launch>* out) {
+  Launch* current = nullptr;
+  for (size_t i = 0; i < n; ++i) {
+    const DeviceCall& c = calls[i];
+    if (c.count == 0) continue;
+    if (dataTypeSize(c.type) == 0)
+      return invalidArgument("device call %zu: unknown data type %d", i, static_cast<int>(c.type));
+    Work w;
+    w.count = c.count;
+    w.sendbuff = c.sendbuff;
+    w.recvbuff = c.recvbuff;
+    w.type = static_cast<uint8_t>(c.type);
+    const bool copyOnly = c.coll == Collective::kAllGather || c.coll == Collective::kBroadcast;
+    switch (c.coll) {
+      case Collective::kAllReduce:
+        w.coll = Coll::kAllReduce;
+        break;
+      case Collective::kAllGather:
+        w.coll = Coll::kAllGather;
+        break;
+      case Collective::kReduceScatter:
+        w.coll = Coll::kReduceScatter;
+        break;
+      case Collective::kBroadcast:
+        w.coll = Coll::kBroadcast;
+        break;
+      case Collective::kReduce:
+        w.coll = Coll::kReduce;
+        break;
+      default:
+        return invalidArgument("device call %zu: collective %d has no device kernel", i,
+                               static_cast<int>(c.coll));
+    }
+    w.redKind = static_cast<uint8_t>(copyOnly ? RedKind::kSum : c.op.kind);
+    if (!copyOnly && c.op.kind == RedKind::kPreMulSum) {
+      if (c.scalarDevice != nullptr) {
+        w.scalarPtr = c.scalarDevice;
+      } else {
+        std::memcpy(&w.scalarBits, c.op.scalar, dataTypeSize(c.type));
+      }
+    }
+    w.rootIndex = 0;
+    for (int pos = 0; pos < shape.nranks; ++pos)
+      if (shape.ringRanks != nullptr && shape.ringRanks[pos] == c.root)
+        w.rootIndex = static_cast<int16_t>(pos);
+    DeviceChoice choice = chooseDevice(shape, c.coll, deviceCallBytes(c, shape.nranks));
+    w.proto = choice.proto;
+    w.nchannels = static_cast<int16_t>(choice.nchannels);
+    const bool sameKernel = current != nullptr && current->nworks < kMaxLaunchWorks &&
+                            current->works[0].type == w.type &&
+                            current->works[0].redKind == w.redKind;
+    if (!sameKernel) {
+      out->emplace_back();
+      current = &out->back();
+      current->comm = comm;
+      current->nworks = 0;
+    }
+    current->works[current->nworks++] = w;
+  }
+  return Status::ok();
+}
+
+}  // namespace dev
+}  // namespace chorus

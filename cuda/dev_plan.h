@@ -1,0 +1,79 @@
+// From collective calls on device buffers to kernel launches: the protocol (LL or Simple) and
+// channel count of each call, chosen by a cost model or forced by CHORUS_PROTO / NCCL_PROTO,
+// and the calls of one group packed into as few launches as the kernels allow (one kernel per
+// data type and reduction kind; copies run on any type's Sum kernel). Host code, no CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "common/status.h"
+#include "cuda/dev_work.h"
+#include "exec/reduce.h"
+
+namespace chorus {
+namespace dev {
+
+const char* protoName(Proto p);  // "LL", "Simple"
+
+// The protocols the user allows: one bit per Proto.
+struct ProtoMask {
+  uint32_t bits = (1u << kNumProtos) - 1;
+  bool isSet = false;
+  std::string text;  // "NCCL_PROTO=LL" for messages
+  bool allows(Proto p) const { return (bits >> static_cast<int>(p)) & 1u; }
+};
+
+// A comma list of LL, LL128, Simple (any case), ^ in front to exclude them. LL128 is accepted
+// and has no effect (Chorus has no LL128 protocol); a list that leaves no protocol, or an
+// unknown name, is an error naming the variable and the accepted values.
+Result<ProtoMask> parseProtoList(const std::string& value, const std::string& source);
+// CHORUS_PROTO, else NCCL_PROTO; unset or empty allows both.
+Result<ProtoMask> protoOverride();
+
+// What the planner knows of a device communicator (the same on every rank).
+struct DeviceShape {
+  int nranks = 1;
+  int nchannels = 1;  // channels connected
+  int minChannels = 1;
+  int maxChannels = kMaxChannels;
+  const int32_t* ringRanks = nullptr;  // host copy: rank at each ring position
+  ProtoMask protos;
+};
+
+struct DeviceChoice {
+  Proto proto = Proto::kSimple;
+  int nchannels = 1;
+  double us = 0;
+};
+
+// Predicted microseconds of a ring collective moving `bytes` (the nccl-tests size) with proto
+// over nchannels. The constants are estimates, not yet fitted on a GPU.
+double predictDeviceUs(int nranks, Collective coll, Proto proto, int nchannels, size_t bytes);
+DeviceChoice chooseDevice(const DeviceShape& shape, Collective coll, size_t bytes);
+
+// One collective call on device buffers.
+struct DeviceCall {
+  Collective coll = Collective::kAllReduce;
+  DataType type = DataType::kFloat32;
+  RedOp op;
+  const void* scalarDevice = nullptr;  // PreMulSum scalar in device memory (else op.scalar)
+  size_t count = 0;                    // elements per rank, as the API takes it
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  int root = 0;
+};
+
+// The nccl-tests size of a call.
+size_t deviceCallBytes(const DeviceCall& call, int nranks);
+
+// Appends the launches that run calls[0..n) in order to *out (none for calls of no elements).
+// comm is the device address every launch carries.
+Status encodeLaunches(const DeviceShape& shape, const Comm* comm, const DeviceCall* calls, size_t n,
+                      std::vector<Launch>* out);
+
+}  // namespace dev
+}  // namespace chorus

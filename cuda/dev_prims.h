@@ -1,0 +1,348 @@
+// The ring primitives (algorithms/ring_prims.h) for device kernels: one block of threads drives
+// one channel, waits on the channel's FIFO counters (Simple) or on the flags inside the lines
+// (LL), and moves each slot with one fused reduce-copy pass of the element code
+// (element_ops.h). Written over a Block type so the CPU runs the same code in tests:
+//   int tid, nthreads;  void sync();  BlockShared* shared;
+// sync() is a barrier of the block's threads; shared points to memory they all see.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/dev_memory.h"
+#include "cuda/dev_work.h"
+#include "cuda/element_ops.h"
+#include "cuda/hd.h"
+#include "exec/reduce.h"
+
+namespace chorus {
+namespace dev {
+
+struct BlockShared {
+  int aborted;
+};
+
+// The element step a primitive applies, from the reduction and what the primitive combines.
+enum PrimFlags : unsigned { kLocal = 1, kRecv = 2, kSend = 4, kOut = 8, kFinal = 16 };
+
+template <RedKind K, unsigned Flags>
+CHORUS_HD constexpr Step stepFor() {
+  constexpr bool local = (Flags & kLocal) != 0, recv = (Flags & kRecv) != 0;
+  constexpr bool final = (Flags & kFinal) != 0;
+  if constexpr (local && recv) {
+    if constexpr (K == RedKind::kSum) return Step::kSum;
+    if constexpr (K == RedKind::kProd) return Step::kProd;
+    if constexpr (K == RedKind::kMax) return Step::kMax;
+    if constexpr (K == RedKind::kMin) return Step::kMin;
+    if constexpr (K == RedKind::kAvg) return final ? Step::kAvgFinal : Step::kSum;
+    return Step::kPreMulSum;
+  } else if constexpr (local && K == RedKind::kPreMulSum) {
+    return Step::kScale;
+  } else if constexpr (local && K == RedKind::kAvg && final) {
+    return Step::kDivide;
+  } else {
+    return Step::kCopy;
+  }
+}
+
+// ---- Loads and stores of the data path. ----
+
+// 16 bytes as lanes of the storage type.
+template <class S>
+union Pack16 {
+  uint64_t words[2];
+  S lanes[16 / sizeof(S)];
+};
+
+template <class S>
+union Pack8 {
+  uint64_t word;
+  S lanes[8 / sizeof(S)];
+};
+
+// A peer wrote it: read past the (non-coherent) L1 cache on the device.
+CHORUS_HD inline void loadPeer16(const void* p, uint64_t* w) {
+#ifdef __CUDA_ARCH__
+  uint64_t a, b;
+  asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(a), "=l"(b) : "l"(p) : "memory");
+  w[0] = a;
+  w[1] = b;
+#else
+  const auto* q = static_cast<const uint64_t*>(p);
+  w[0] = q[0];
+  w[1] = q[1];
+#endif
+}
+
+CHORUS_HD inline void load16(const void* p, uint64_t* w) {
+  const auto* q = static_cast<const uint64_t*>(p);
+  w[0] = q[0];
+  w[1] = q[1];
+}
+
+CHORUS_HD inline void store16(void* p, const uint64_t* w) {
+  auto* q = static_cast<uint64_t*>(p);
+  q[0] = w[0];
+  q[1] = w[1];
+}
+
+template <class S>
+CHORUS_HD inline S loadPeerElement(const S* p) {
+#ifdef __CUDA_ARCH__
+  return *static_cast<const volatile S*>(p);
+#else
+  return *p;
+#endif
+}
+
+// Up to 8 bytes from an element-aligned address; the rest of the word is zero.
+CHORUS_HD inline uint64_t loadBytes8(const char* p, uint32_t bytes) {
+  if (bytes == 8 && (reinterpret_cast<uintptr_t>(p) & 7u) == 0)
+    return *reinterpret_cast<const uint64_t*>(p);
+  uint64_t w = 0;
+  for (uint32_t i = 0; i < bytes; ++i)
+    w |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  return w;
+}
+
+CHORUS_HD inline void storeBytes8(char* p, uint64_t w, uint32_t bytes) {
+  if (bytes == 8 && (reinterpret_cast<uintptr_t>(p) & 7u) == 0) {
+    *reinterpret_cast<uint64_t*>(p) = w;
+    return;
+  }
+  for (uint32_t i = 0; i < bytes; ++i) p[i] = static_cast<char>((w >> (8 * i)) & 0xffu);
+}
+
+CHORUS_HD inline bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+// ---- The primitives. ----
+
+template <class F, RedKind K, Proto P, class Block>
+class RingPrims {
+  using S = typename F::Store;
+  using C = typename F::Compute;
+
+ public:
+  // input/output: this channel's slice of the user's buffers. The step counters are read from
+  // the FIFOs' own memory; finish() writes them back.
+  CHORUS_HD RingPrims(const Comm& comm, const Channel& ch, const char* input, char* output,
+                      C scalar, Block& block)
+      : comm_(comm),
+        send_(ch.send[static_cast<int>(P)]),
+        recv_(ch.recv[static_cast<int>(P)]),
+        input_(input),
+        output_(output),
+        scalar_(scalar),
+        block_(block) {
+    sendStep_ = send_.step != nullptr ? *static_cast<volatile uint64_t*>(send_.step) : 0;
+    recvStep_ = recv_.step != nullptr ? *static_cast<volatile uint64_t*>(recv_.step) : 0;
+  }
+
+  // Elements one slot holds.
+  CHORUS_HD size_t chunkElems() const {
+    size_t bytes =
+        P == Proto::kLl ? send_.slotBytes / sizeof(LlLine) * kLlDataBytes : send_.slotBytes;
+    return bytes / sizeof(S);
+  }
+
+  CHORUS_HD bool send(size_t in, size_t n) { return step<kLocal | kSend>(in, 0, n); }
+  CHORUS_HD bool copySend(size_t in, size_t out, size_t n) {
+    return step<kLocal | kSend | kOut>(in, out, n);
+  }
+  CHORUS_HD bool recvReduceSend(size_t in, size_t n) {
+    return step<kLocal | kRecv | kSend>(in, 0, n);
+  }
+  CHORUS_HD bool recvReduceCopySend(size_t in, size_t out, size_t n) {
+    return step<kLocal | kRecv | kSend | kOut | kFinal>(in, out, n);
+  }
+  CHORUS_HD bool recvReduceCopy(size_t in, size_t out, size_t n) {
+    return step<kLocal | kRecv | kOut | kFinal>(in, out, n);
+  }
+  CHORUS_HD bool recvCopySend(size_t out, size_t n) {
+    return step<kRecv | kSend | kOut>(0, out, n);
+  }
+  CHORUS_HD bool recv(size_t out, size_t n) { return step<kRecv | kOut>(0, out, n); }
+
+  // Stores the step counters for the next kernel; every thread of the block calls it.
+  CHORUS_HD void finish() {
+    if (block_.tid == 0) {
+      if (send_.step != nullptr) *static_cast<volatile uint64_t*>(send_.step) = sendStep_;
+      if (recv_.step != nullptr) *static_cast<volatile uint64_t*>(recv_.step) = recvStep_;
+    }
+    block_.sync();
+  }
+
+ private:
+  CHORUS_HD bool aborting() const { return comm_.abortFlag != nullptr && *comm_.abortFlag != 0; }
+
+  CHORUS_HD void markAborted() {
+#ifdef __CUDA_ARCH__
+    *static_cast<volatile int*>(&block_.shared->aborted) = 1;
+#else
+    __atomic_store_n(&block_.shared->aborted, 1, __ATOMIC_RELAXED);
+#endif
+    if (comm_.errorFlag != nullptr) *static_cast<volatile uint32_t*>(comm_.errorFlag) = 1;
+  }
+
+  CHORUS_HD bool abortedSeen() const {
+#ifdef __CUDA_ARCH__
+    return *static_cast<volatile int*>(&block_.shared->aborted) != 0;
+#else
+    return __atomic_load_n(&block_.shared->aborted, __ATOMIC_RELAXED) != 0;
+#endif
+  }
+
+  // Thread 0 waits until the counter at p reaches `target`; false when aborted first.
+  CHORUS_HD bool waitCounter(const uint64_t* p, uint64_t target) {
+    uint32_t spins = 0;
+    while (loadAcquire(p) < target) {
+      if ((++spins & 63u) == 0 && aborting()) {
+        markAborted();
+        return false;
+      }
+      pollPause();
+    }
+    return true;
+  }
+
+  template <unsigned Flags>
+  CHORUS_HD bool step(size_t in, size_t out, size_t n) {
+    constexpr bool useRecv = (Flags & kRecv) != 0, useSend = (Flags & kSend) != 0;
+    constexpr bool useLocal = (Flags & kLocal) != 0, useOut = (Flags & kOut) != 0;
+    constexpr Step kStep = stepFor<K, Flags>();
+    const char* recvSlot =
+        useRecv ? recv_.slots + (recvStep_ % recv_.nslots) * recv_.slotBytes : nullptr;
+    char* sendSlot = useSend ? send_.slots + (sendStep_ % send_.nslots) * send_.slotBytes : nullptr;
+    const char* local = useLocal ? input_ + in * sizeof(S) : nullptr;
+    char* output = useOut ? output_ + out * sizeof(S) : nullptr;
+
+    if (block_.tid == 0 && !abortedSeen()) {
+      // A free slot: at most nslots - 1 of the earlier ones still unreleased.
+      if (useSend && sendStep_ >= send_.nslots)
+        waitCounter(send_.head, sendStep_ + 1 - send_.nslots);
+      if (P == Proto::kSimple && useRecv && !abortedSeen()) waitCounter(recv_.tail, recvStep_ + 1);
+    }
+    block_.sync();
+    if (abortedSeen()) return false;
+
+    if (P == Proto::kSimple) {
+      moveSimple<kStep, useLocal, useRecv, useSend, useOut>(recvSlot, local, sendSlot, output, n);
+      if (useSend) fenceSystem();
+    } else {
+      moveLl<kStep, useLocal, useRecv, useSend, useOut>(recvSlot, local, sendSlot, output, n);
+    }
+    block_.sync();
+    if (abortedSeen()) return false;
+    if (block_.tid == 0) {
+      if (P == Proto::kSimple && useSend) storeRelease(send_.tail, sendStep_ + 1);
+      if (useRecv) storeRelease(recv_.head, recvStep_ + 1);
+    }
+    if (useSend) ++sendStep_;
+    if (useRecv) ++recvStep_;
+    return true;
+  }
+
+  template <Step kStep>
+  CHORUS_HD S apply(S peer, S local) const {
+    if constexpr (kStep == Step::kCopy) {
+      return peer;
+    } else {
+      return applyStep<F, kStep>(peer, local, scalar_, comm_.nranks);
+    }
+  }
+
+  // Simple: 16-byte packs when every pointer allows, then single elements.
+  template <Step kStep, bool useLocal, bool useRecv, bool useSend, bool useOut>
+  CHORUS_HD void moveSimple(const char* recvSlot, const char* local, char* sendSlot, char* output,
+                            size_t n) {
+    constexpr size_t kLanes = 16 / sizeof(S);
+    const int tid = block_.tid, nthreads = block_.nthreads;
+    size_t begin = 0;
+    const bool packed = (!useLocal || aligned16(local)) && (!useOut || aligned16(output));
+    if (packed) {
+      const size_t packs = n / kLanes;
+      for (size_t i = static_cast<size_t>(tid); i < packs; i += static_cast<size_t>(nthreads)) {
+        Pack16<S> a, b, r;
+        // The first operand is the peer's when there is one, else the local input.
+        if (useRecv) {
+          loadPeer16(recvSlot + i * 16, a.words);
+        } else {
+          load16(local + i * 16, a.words);
+        }
+        if (useRecv && useLocal) {
+          load16(local + i * 16, b.words);
+        } else {
+          b = a;
+        }
+        for (size_t j = 0; j < kLanes; ++j) r.lanes[j] = apply<kStep>(a.lanes[j], b.lanes[j]);
+        if (useSend) store16(sendSlot + i * 16, r.words);
+        if (useOut) store16(output + i * 16, r.words);
+      }
+      begin = packs * kLanes;
+    }
+    const S* peerElts = reinterpret_cast<const S*>(recvSlot);
+    const S* localElts = reinterpret_cast<const S*>(local);
+    for (size_t i = begin + static_cast<size_t>(tid); i < n; i += static_cast<size_t>(nthreads)) {
+      S a = useRecv ? loadPeerElement(peerElts + i) : localElts[i];
+      S b = useRecv && useLocal ? localElts[i] : a;
+      S r = apply<kStep>(a, b);
+      if (useSend) reinterpret_cast<S*>(sendSlot)[i] = r;
+      if (useOut) reinterpret_cast<S*>(output)[i] = r;
+    }
+  }
+
+  // LL: each thread takes whole lines; a line carries 8 bytes of the chunk.
+  template <Step kStep, bool useLocal, bool useRecv, bool useSend, bool useOut>
+  CHORUS_HD void moveLl(const char* recvSlot, const char* local, char* sendSlot, char* output,
+                        size_t n) {
+    constexpr uint32_t kLanes = kLlDataBytes / sizeof(S);
+    const size_t bytes = n * sizeof(S);
+    const size_t lines = (bytes + kLlDataBytes - 1) / kLlDataBytes;
+    const uint32_t sendFlag = llFlag(sendStep_);
+    const uint32_t recvFlag = llFlag(recvStep_);
+    const auto* recvLines = reinterpret_cast<const LlLine*>(recvSlot);
+    auto* sendLines = reinterpret_cast<LlLine*>(sendSlot);
+    for (size_t i = static_cast<size_t>(block_.tid); i < lines;
+         i += static_cast<size_t>(block_.nthreads)) {
+      const size_t off = i * kLlDataBytes;
+      const uint32_t valid =
+          bytes - off < kLlDataBytes ? static_cast<uint32_t>(bytes - off) : kLlDataBytes;
+      Pack8<S> a, b, r;
+      a.word = 0;
+      if (useRecv) {
+        uint32_t spins = 0;
+        while (!llTryLoad(recvLines + i, recvFlag, &a.word)) {
+          if ((++spins & 63u) == 0 && (abortedSeen() || aborting())) {
+            markAborted();
+            return;
+          }
+          pollPause();
+        }
+      } else {
+        a.word = loadBytes8(local + off, valid);
+      }
+      b.word = useRecv && useLocal ? loadBytes8(local + off, valid) : a.word;
+      r.word = 0;
+      const uint32_t lanes = valid / static_cast<uint32_t>(sizeof(S));
+      for (uint32_t j = 0; j < kLanes; ++j)
+        if (j < lanes) r.lanes[j] = apply<kStep>(a.lanes[j], b.lanes[j]);
+      if (useSend) llStore(sendLines + i, r.word, sendFlag);
+      if (useOut) storeBytes8(output + off, r.word, valid);
+    }
+  }
+
+  const Comm& comm_;
+  const Fifo& send_;
+  const Fifo& recv_;
+  const char* input_;
+  char* output_;
+  C scalar_;
+  Block& block_;
+  uint64_t sendStep_ = 0;
+  uint64_t recvStep_ = 0;
+};
+
+}  // namespace dev
+}  // namespace chorus

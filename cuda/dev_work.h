@@ -1,0 +1,102 @@
+// What a device kernel is given: the communicator as the device sees it (its ring channels'
+// FIFOs in memory the device reaches) and a launch of work descriptors. Flat plain data without
+// pointers into host structures, so that a launch is passed by value as the kernel's parameter
+// and a CUDA graph that captured it replays it unchanged. Compiles without the CUDA headers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/hd.h"
+
+namespace chorus {
+namespace dev {
+
+constexpr int kMaxChannels = 16;    // ring channels of a device communicator
+constexpr int kMaxLaunchWorks = 8;  // collectives one launch carries
+constexpr int kBlockThreads = 256;  // threads of one channel's block
+
+enum class Proto : uint8_t {
+  kLl = 0,      // 16-byte lines of 8 data bytes and two flags: no separate flag wait
+  kSimple = 1,  // whole slots, one counter per slot, a fence between data and counter
+};
+constexpr int kNumProtos = 2;
+
+// Collectives a kernel runs (the values of Collective, algorithms/algorithm.h).
+enum class Coll : uint8_t {
+  kAllReduce = 0,
+  kAllGather = 1,
+  kReduceScatter = 2,
+  kBroadcast = 3,
+  kReduce = 4,
+};
+
+// One end of a connector FIFO of one protocol. The slots, tail and head live in the receiver's
+// memory (device memory of its GPU, or mapped host memory); `step` in this end's own memory
+// holds how many slots this end has moved through the FIFO so far, so a kernel starts where
+// the last one stopped without the host tracking it.
+struct Fifo {
+  char* slots = nullptr;     // nslots x slotBytes (LL: lines)
+  uint64_t* tail = nullptr;  // Simple: slots the sender published
+  uint64_t* head = nullptr;  // slots the receiver released
+  uint64_t* step = nullptr;  // this end's position
+  uint32_t nslots = 0;
+  uint32_t slotBytes = 0;
+};
+
+// The connectors of one ring channel: to the next rank and from the previous, per protocol.
+struct Channel {
+  Fifo send[kNumProtos];
+  Fifo recv[kNumProtos];
+};
+
+// The communicator as its kernels see it; lives in memory the device reads.
+struct Comm {
+  int32_t rank = 0;
+  int32_t nranks = 1;
+  int32_t ringIndex = 0;               // this rank's position in the ring
+  int32_t nchannels = 1;               // channels connected; every launch runs this many blocks
+  const int32_t* ringRanks = nullptr;  // rank at each ring position
+  uint64_t* barrier = nullptr;         // grid barrier between the works of a launch (only grows)
+  const volatile uint32_t* abortFlag = nullptr;  // set by the host: stop waiting
+  uint32_t* errorFlag = nullptr;  // set by a kernel that gave up (abort); read by the host
+  Channel channels[kMaxChannels];
+};
+
+// One collective call of a launch.
+struct Work {
+  uint64_t count = 0;  // elements per rank (all-gather/reduce-scatter: per rank block)
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  const void* scalarPtr = nullptr;  // PreMulSum scalar in device memory; null: scalarBits
+  uint64_t scalarBits = 0;          // PreMulSum scalar in the element type's encoding
+  Coll coll = Coll::kAllReduce;
+  Proto proto = Proto::kSimple;
+  uint8_t type = 7;     // DataType
+  uint8_t redKind = 0;  // RedKind
+  int16_t nchannels = 1;
+  int16_t rootIndex = 0;  // broadcast/reduce: the root's ring position
+};
+
+// One kernel launch: the works run in order, all on the kernel chosen by (type, redKind) of the
+// first work.
+struct Launch {
+  const Comm* comm = nullptr;
+  int32_t nworks = 0;
+  Work works[kMaxLaunchWorks];
+};
+
+// The elements [begin, end) of count that channel c of nchannels moves: equal contiguous
+// slices, each starting on a 64-byte multiple of elements (the host executor cuts the same).
+CHORUS_HD inline void channelSliceOf(uint64_t count, uint32_t eltSize, int c, int nchannels,
+                                     uint64_t* begin, uint64_t* end) {
+  uint64_t align = eltSize >= 64 ? 1 : 64 / eltSize;
+  uint64_t per = (count + static_cast<uint64_t>(nchannels) - 1) / static_cast<uint64_t>(nchannels);
+  per = (per + align - 1) / align * align;
+  uint64_t b = per * static_cast<uint64_t>(c);
+  *begin = b < count ? b : count;
+  *end = b + per < count ? b + per : count;
+}
+
+}  // namespace dev
+}  // namespace chorus

@@ -1,0 +1,325 @@
+// The collective kernel's code (cuda/dev_kernel.h) run on the CPU by the emulator: every
+// collective, type and reduction over 1-4 ranks with both protocols, against the independent
+// reference of the multi-rank tests; step counters carried across launches; works of one
+// launch ordered by the grid barrier; a rank whose peer never comes stops on abort. Also the LL
+// line format itself.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda/dev_emulator.h"
+#include "cuda/dev_memory.h"
+#include "exec/reduce.h"
+#include "multirank/reference.h"
+
+namespace chorus {
+namespace dev {
+namespace {
+
+using chorus_test::loadValue;
+using chorus_test::storeExact;
+using chorus_test::typeSize;
+namespace ref = chorus_test::ref;
+
+TEST(LlLine, CarriesDataWithItsFlag) {
+  LlLine line{};
+  uint64_t data = 0;
+  EXPECT_FALSE(llTryLoad(&line, llFlag(0), &data)) << "a fresh line must not look written";
+  llStore(&line, 0x1122334455667788ull, llFlag(5));
+  ASSERT_TRUE(llTryLoad(&line, llFlag(5), &data));
+  EXPECT_EQ(data, 0x1122334455667788ull);
+  EXPECT_FALSE(llTryLoad(&line, llFlag(4), &data)) << "the previous step's flag";
+  EXPECT_FALSE(llTryLoad(&line, llFlag(6), &data)) << "the next step's flag";
+}
+
+TEST(LlLine, TornLineIsNotTaken) {
+  LlLine line{};
+  llStore(&line, 0xaaaaaaaabbbbbbbbull, llFlag(1));
+  // Only the first half of the next step's store has landed.
+  line.data0 = 0x12345678u;
+  line.flag0 = llFlag(2);
+  uint64_t data = 0;
+  EXPECT_FALSE(llTryLoad(&line, llFlag(2), &data));
+  EXPECT_FALSE(llTryLoad(&line, llFlag(1), &data));
+  line.data1 = 0x9abcdef0u;
+  line.flag1 = llFlag(2);
+  ASSERT_TRUE(llTryLoad(&line, llFlag(2), &data));
+  EXPECT_EQ(data, 0x9abcdef012345678ull);
+}
+
+TEST(LlLine, FlagsOfOneSlotDifferAcrossWraps) {
+  for (uint64_t step : {0ull, 7ull, 0xffffffffull, 0x100000000ull}) {
+    EXPECT_NE(llFlag(step), 0u) << step;
+    EXPECT_NE(llFlag(step), llFlag(step + 8)) << step;
+  }
+}
+
+struct Buffers {
+  std::vector<unsigned char> send, recv;
+};
+
+// What rank `rank` should hold after the collective, element by element.
+double expectedAt(Coll coll, int nranks, int rank, int root, size_t count, size_t i,
+                  ncclDataType_t type, ref::Op op) {
+  switch (coll) {
+    case Coll::kAllReduce:
+    case Coll::kReduce:
+      return ref::expectedValue(nranks, i, type, op);
+    case Coll::kReduceScatter:
+      return ref::expectedValue(nranks, static_cast<size_t>(rank) * count + i, type, op);
+    case Coll::kAllGather:
+      return ref::inputValue(static_cast<int>(i / count), i % count, type, ref::kSum);
+    case Coll::kBroadcast:
+      return ref::inputValue(root, i, type, ref::kSum);
+  }
+  return 0;
+}
+
+struct Call {
+  Coll coll;
+  ncclDataType_t type;
+  ref::Op op;
+  size_t count;
+  Proto proto;
+  int nchannels;
+  int root = 0;
+  bool inPlace = false;
+  bool deviceScalar = false;
+};
+
+size_t sendElems(const Call& c, int nranks) {
+  return c.coll == Coll::kReduceScatter ? c.count * static_cast<size_t>(nranks) : c.count;
+}
+size_t recvElems(const Call& c, int nranks) {
+  return c.coll == Coll::kAllGather ? c.count * static_cast<size_t>(nranks) : c.count;
+}
+
+RedKind kindOf(ref::Op op) {
+  return static_cast<RedKind>(static_cast<int>(op));  // same order as RedKind
+}
+
+// Fills rank's buffers and describes the call as a work.
+Work prepare(const Call& c, int nranks, int rank, Buffers* b, unsigned char* scalar) {
+  const size_t elt = typeSize(c.type);
+  b->send.assign(sendElems(c, nranks) * elt + 16, 0);
+  b->recv.assign(recvElems(c, nranks) * elt + 16, 0xee);
+  const ref::Op fillOp =
+      c.coll == Coll::kAllGather || c.coll == Coll::kBroadcast ? ref::kSum : c.op;
+  for (size_t i = 0; i < sendElems(c, nranks); ++i)
+    storeExact(b->send.data(), i, c.type, ref::inputValue(rank, i, c.type, fillOp));
+  Work w;
+  w.count = c.count;
+  w.sendbuff = b->send.data();
+  w.recvbuff = c.inPlace ? static_cast<void*>(b->send.data()) : b->recv.data();
+  if (c.inPlace && c.coll == Coll::kAllGather) {
+    // In place: the input is this rank's block of the output.
+    b->recv.assign(recvElems(c, nranks) * elt + 16, 0xee);
+    std::memcpy(b->recv.data() + static_cast<size_t>(rank) * c.count * elt, b->send.data(),
+                c.count * elt);
+    w.recvbuff = b->recv.data();
+    w.sendbuff = b->recv.data() + static_cast<size_t>(rank) * c.count * elt;
+  }
+  w.coll = c.coll;
+  w.proto = c.proto;
+  w.type = static_cast<uint8_t>(c.type);
+  const bool copyOnly = c.coll == Coll::kAllGather || c.coll == Coll::kBroadcast;
+  w.redKind = static_cast<uint8_t>(copyOnly ? RedKind::kSum : kindOf(c.op));
+  w.nchannels = static_cast<int16_t>(c.nchannels);
+  w.rootIndex = static_cast<int16_t>(c.root);  // ring order 0..n-1: position == rank
+  std::memset(scalar, 0, 8);
+  storeExact(scalar, 0, c.type, 2.0);
+  if (c.deviceScalar) {
+    w.scalarPtr = scalar;
+  } else {
+    std::memcpy(&w.scalarBits, scalar, 8);
+  }
+  return w;
+}
+
+const void* resultOf(const Call&, const Work& w) {
+  return w.recvbuff;
+}
+
+// Runs calls[] as consecutive launches (or as one launch when fused) on every rank at once and
+// checks each rank's results after all of them.
+void runCalls(int nranks, const std::vector<Call>& calls, bool fused, int threadsPerBlock,
+              const EmuGeometry& g = EmuGeometry()) {
+  EmuClique clique(nranks, g);
+  std::vector<std::vector<Buffers>> bufs(static_cast<size_t>(nranks),
+                                         std::vector<Buffers>(calls.size()));
+  std::vector<std::vector<Work>> works(static_cast<size_t>(nranks));
+  std::vector<std::vector<std::array<unsigned char, 8>>> scalarMem(
+      static_cast<size_t>(nranks), std::vector<std::array<unsigned char, 8>>(calls.size()));
+  for (int r = 0; r < nranks; ++r)
+    for (size_t k = 0; k < calls.size(); ++k)
+      works[static_cast<size_t>(r)].push_back(prepare(calls[k], nranks, r,
+                                                      &bufs[static_cast<size_t>(r)][k],
+                                                      scalarMem[static_cast<size_t>(r)][k].data()));
+  std::vector<std::thread> ranks;
+  std::vector<int> ok(static_cast<size_t>(nranks), 1);
+  for (int r = 0; r < nranks; ++r) {
+    ranks.emplace_back([&, r] {
+      const std::vector<Work>& ws = works[static_cast<size_t>(r)];
+      size_t k = 0;
+      while (k < ws.size()) {
+        Launch l;
+        l.comm = clique.comm(r);
+        l.nworks = 0;
+        do {
+          l.works[l.nworks++] = ws[k++];
+        } while (fused && k < ws.size() && l.nworks < kMaxLaunchWorks);
+        if (!emuRunLaunch(l, threadsPerBlock)) ok[static_cast<size_t>(r)] = 0;
+      }
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int r = 0; r < nranks; ++r) {
+    ASSERT_TRUE(ok[static_cast<size_t>(r)]) << "rank " << r << ": no kernel for the work";
+    ASSERT_EQ(clique.comm(r)->errorFlag[0], 0u);
+    for (size_t k = 0; k < calls.size(); ++k) {
+      const Call& c = calls[k];
+      if (c.coll == Coll::kReduce && r != c.root) continue;
+      const Work& w = works[static_cast<size_t>(r)][k];
+      const void* got = resultOf(c, w);
+      size_t wrong = 0;
+      for (size_t i = 0; i < recvElems(c, nranks); ++i) {
+        double want = expectedAt(c.coll, nranks, r, c.root, c.count, i, c.type, c.op);
+        double v = loadValue(got, i, c.type);
+        if (!(std::fabs(v - want) <= ref::tolerance(c.type, c.op, want)) && wrong++ < 3)
+          ADD_FAILURE() << "rank " << r << " call " << k << " element " << i << ": " << v
+                        << ", expected " << want;
+      }
+      EXPECT_EQ(wrong, 0u) << "rank " << r << " call " << k << " (coll " << static_cast<int>(c.coll)
+                           << ", " << chorus_test::typeName(c.type) << ", " << ref::kOpNames[c.op]
+                           << ", count " << c.count << ", proto " << static_cast<int>(c.proto)
+                           << ")";
+    }
+  }
+}
+
+const ncclDataType_t kAllTypes[] = {ncclInt8,    ncclUint8,    ncclInt32,      ncclUint32,
+                                    ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
+                                    ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
+
+class AllReduceOnHost : public ::testing::TestWithParam<std::tuple<int, Proto>> {};
+
+// Every type and reduction; counts below one slot, across loops, and not a multiple of a line.
+TEST_P(AllReduceOnHost, EveryTypeAndOp) {
+  const int nranks = std::get<0>(GetParam());
+  const Proto proto = std::get<1>(GetParam());
+  std::vector<Call> calls;
+  for (ncclDataType_t t : kAllTypes)
+    for (int op = 0; op < ref::kNumTestOps; ++op)
+      for (size_t count : {size_t{1}, size_t{37}, size_t{3001}})
+        calls.push_back(Call{Coll::kAllReduce, t, static_cast<ref::Op>(op), count, proto, 2});
+  runCalls(nranks, calls, /*fused=*/false, /*threadsPerBlock=*/1);
+}
+
+INSTANTIATE_TEST_SUITE_P(RanksAndProtocols, AllReduceOnHost,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                                            ::testing::Values(Proto::kLl, Proto::kSimple)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, Proto>>& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" +
+                                  (std::get<1>(info.param) == Proto::kLl ? "LL" : "Simple");
+                         });
+
+class CollectivesOnHost : public ::testing::TestWithParam<std::tuple<int, Proto>> {};
+
+TEST_P(CollectivesOnHost, ReduceScatterAllGatherBroadcastReduce) {
+  const int nranks = std::get<0>(GetParam());
+  const Proto proto = std::get<1>(GetParam());
+  std::vector<Call> calls;
+  for (ncclDataType_t t :
+       {ncclInt8, ncclFloat16, ncclFloat32, ncclFloat64, ncclBfloat16, ncclFloat8e4m3})
+    for (size_t count : {size_t{1}, size_t{33}, size_t{2500}}) {
+      for (int op = 0; op < ref::kNumTestOps; ++op) {
+        calls.push_back(Call{Coll::kReduceScatter, t, static_cast<ref::Op>(op), count, proto, 2});
+        calls.push_back(
+            Call{Coll::kReduce, t, static_cast<ref::Op>(op), count, proto, 2, nranks - 1});
+      }
+      calls.push_back(Call{Coll::kAllGather, t, ref::kSum, count, proto, 2});
+      calls.push_back(Call{Coll::kBroadcast, t, ref::kSum, count, proto, 2, nranks / 2});
+    }
+  runCalls(nranks, calls, false, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(RanksAndProtocols, CollectivesOnHost,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4),
+                                            ::testing::Values(Proto::kLl, Proto::kSimple)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, Proto>>& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" +
+                                  (std::get<1>(info.param) == Proto::kLl ? "LL" : "Simple");
+                         });
+
+// Several threads per block stripe each slot; in place; the scalar read from memory.
+TEST(KernelOnHost, ThreadsOfABlockInPlaceAndDeviceScalar) {
+  std::vector<Call> calls;
+  for (Proto p : {Proto::kLl, Proto::kSimple}) {
+    Call c{Coll::kAllReduce, ncclFloat32, ref::kPreMulSum, 5000, p, 3};
+    c.deviceScalar = true;
+    calls.push_back(c);
+    c = Call{Coll::kAllReduce, ncclBfloat16, ref::kSum, 4099, p, 2};
+    c.inPlace = true;
+    calls.push_back(c);
+    c = Call{Coll::kAllGather, ncclInt32, ref::kSum, 777, p, 2};
+    c.inPlace = true;
+    calls.push_back(c);
+    c = Call{Coll::kBroadcast, ncclUint8, ref::kSum, 1001, p, 2, 0};
+    c.inPlace = true;
+    calls.push_back(c);
+  }
+  EmuGeometry g;
+  g.nchannels = 3;
+  runCalls(3, calls, false, 4, g);
+}
+
+// One launch of several works: each channel runs them in order, the grid barrier between; and
+// the FIFOs' step counters carry over from launch to launch and between protocols.
+TEST(KernelOnHost, FusedLaunchesAndStepsAcrossLaunches) {
+  std::vector<Call> calls;
+  for (int i = 0; i < 12; ++i) {
+    Proto p = i % 3 == 0 ? Proto::kLl : Proto::kSimple;
+    calls.push_back(Call{Coll::kAllReduce, ncclFloat32, ref::kSum,
+                         static_cast<size_t>(100 + 997 * i), p, 1 + i % 2});
+  }
+  runCalls(4, calls, /*fused=*/true, 2);
+  runCalls(2, calls, /*fused=*/false, 1);
+}
+
+// A rank whose peer never launches waits until the communicator is aborted, then stops and
+// flags the error for the host.
+TEST(KernelOnHost, AbortStopsAWaitingRank) {
+  for (Proto p : {Proto::kLl, Proto::kSimple}) {
+    EmuClique clique(2, EmuGeometry());
+    std::vector<float> in(4096, 1.0f), out(4096, 0.0f);
+    Launch l;
+    l.comm = clique.comm(0);
+    l.nworks = 1;
+    l.works[0].count = in.size();
+    l.works[0].sendbuff = in.data();
+    l.works[0].recvbuff = out.data();
+    l.works[0].proto = p;
+    l.works[0].nchannels = 2;
+    clique.abort();
+    ASSERT_TRUE(emuRunLaunch(l, 2));
+    EXPECT_EQ(clique.comm(0)->errorFlag[0], 1u);
+  }
+}
+
+TEST(KernelOnHost, UnknownKernelKeyIsRefused) {
+  EmuClique clique(1, EmuGeometry());
+  Launch l;
+  l.comm = clique.comm(0);
+  l.nworks = 1;
+  l.works[0].type = 12;
+  EXPECT_FALSE(emuRunLaunch(l, 1));
+}
+
+}  // namespace
+}  // namespace dev
+}  // namespace chorus
