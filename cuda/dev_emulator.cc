@@ -32,12 +32,31 @@ class SpinBarrier {
   std::atomic<uint32_t> generation_{0};
 };
 
+// Per block: the two accumulators syncOr alternates between.
+struct HostBlockVotes {
+  std::atomic<int> any[2] = {{0}, {0}};
+};
+
 struct HostBlock {
   int tid;
   int nthreads;
   SpinBarrier* barrier;
   BlockShared* shared;
+  HostBlockVotes* votes;
+  int parity = 0;  // every thread of a block calls syncOr equally often
   void sync() { barrier->wait(); }
+  // __syncthreads_or: a barrier, the vote read, and a second barrier before the accumulator
+  // is cleared for its next use.
+  bool syncOr(bool v) {
+    std::atomic<int>& any = votes->any[parity];
+    parity ^= 1;
+    if (v) any.store(1, std::memory_order_relaxed);
+    barrier->wait();
+    const bool result = any.load(std::memory_order_relaxed) != 0;
+    barrier->wait();
+    if (tid == 0) any.store(0, std::memory_order_relaxed);
+    return result;
+  }
 };
 
 template <class F, RedKind K>
@@ -45,10 +64,11 @@ void runBlocks(const Launch& launch, int threadsPerBlock) {
   const int nblocks = launch.comm->nchannels;
   std::vector<std::unique_ptr<SpinBarrier>> barriers;
   std::vector<BlockShared> shared(static_cast<size_t>(nblocks));
+  std::vector<HostBlockVotes> votes(static_cast<size_t>(nblocks));
   for (int b = 0; b < nblocks; ++b) barriers.emplace_back(new SpinBarrier(threadsPerBlock));
   auto body = [&](int b, int t) {
     HostBlock block{t, threadsPerBlock, barriers[static_cast<size_t>(b)].get(),
-                    &shared[static_cast<size_t>(b)]};
+                    &shared[static_cast<size_t>(b)], &votes[static_cast<size_t>(b)]};
     runChannel<F, K>(launch, b, block);
   };
   std::vector<std::thread> threads;

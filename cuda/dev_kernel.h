@@ -22,21 +22,26 @@ namespace dev {
 template <class Block>
 CHORUS_HD bool gridBarrier(const Comm& comm, Block& b) {
   b.sync();
+  bool aborted = false;
   if (b.tid == 0) {
+    // Releases what this block wrote in the earlier works (the sync gathered its threads'
+    // writes), and after the wait acquires what the others wrote.
+    fenceDevice();
     const uint64_t n = static_cast<uint64_t>(comm.nchannels);
     uint64_t old = fetchAdd(comm.barrier, 1);
     uint64_t target = old - old % n + n;
     uint32_t spins = 0;
     while (loadAcquire(comm.barrier) < target) {
       if ((++spins & 63u) == 0 && comm.abortFlag != nullptr && *comm.abortFlag != 0) {
-        b.shared->aborted = 1;
+        if (comm.errorFlag != nullptr) *static_cast<volatile uint32_t*>(comm.errorFlag) = 1;
+        aborted = true;
         break;
       }
       pollPause();
     }
+    fenceDevice();
   }
-  b.sync();
-  return b.shared->aborted == 0;
+  return !b.syncOr(aborted);
 }
 
 // The PreMulSum scalar of a work, decoded.

@@ -22,6 +22,13 @@ struct DeviceBlock {
     __syncthreads();
 #endif
   }
+  __host__ __device__ bool syncOr(bool v) {
+#ifdef __CUDA_ARCH__
+    return __syncthreads_or(v ? 1 : 0) != 0;
+#else
+    return v;
+#endif
+  }
 };
 
 template <class F, RedKind K>
@@ -45,6 +52,32 @@ Status launchFormat(const Launch& launch, int nblocks, void* stream) {
     return Status(Code::kUnhandledCudaError,
                   formatString("collective kernel launch failed: %s (CUDA error %d)",
                                cudaGetErrorString(err), static_cast<int>(err)));
+  return Status::ok();
+}
+
+// Loads the kernels of format F on the current device (cudaFuncGetAttributes loads a lazily
+// loaded module) and lowers *minBlocksPerSm to the fewest blocks of any of them that one
+// multiprocessor holds at once.
+template <class F>
+Status preloadFormat(int* minBlocksPerSm) {
+  for (int k = 0; k <= static_cast<int>(RedKind::kPreMulSum); ++k) {
+    cudaError_t err = cudaSuccess;
+    withKind<F>(static_cast<RedKind>(k), [&](auto, auto kind) {
+      auto* fn = collectiveKernel<F, decltype(kind)::kKind>;
+      cudaFuncAttributes attr;
+      err = cudaFuncGetAttributes(&attr, fn);
+      int blocks = 0;
+      if (err == cudaSuccess)
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fn, kBlockThreads, 0);
+      if (err == cudaSuccess && blocks < *minBlocksPerSm) *minBlocksPerSm = blocks;
+    });
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return Status(Code::kUnhandledCudaError,
+                    formatString("loading the collective kernels failed: %s (CUDA error %d)",
+                                 cudaGetErrorString(err), static_cast<int>(err)));
+    }
+  }
   return Status::ok();
 }
 

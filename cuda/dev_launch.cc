@@ -19,6 +19,29 @@ Status launchType9(const Launch&, int, void*);
 Status launchType10(const Launch&, int, void*);
 Status launchType11(const Launch&, int, void*);
 
+Status preloadType0(int*);
+Status preloadType1(int*);
+Status preloadType2(int*);
+Status preloadType3(int*);
+Status preloadType4(int*);
+Status preloadType5(int*);
+Status preloadType6(int*);
+Status preloadType7(int*);
+Status preloadType8(int*);
+Status preloadType9(int*);
+Status preloadType10(int*);
+Status preloadType11(int*);
+
+Result<int> preloadKernels() {
+  using Fn = Status (*)(int*);
+  static constexpr Fn kByType[] = {preloadType0, preloadType1, preloadType2,  preloadType3,
+                                   preloadType4, preloadType5, preloadType6,  preloadType7,
+                                   preloadType8, preloadType9, preloadType10, preloadType11};
+  int minBlocks = 1 << 20;
+  for (Fn f : kByType) CHORUS_TRY(f(&minBlocks));
+  return minBlocks;
+}
+
 Status launchOnStream(const Launch& launch, int nblocks, void* cudaStream) {
   using Fn = Status (*)(const Launch&, int, void*);
   static constexpr Fn kByType[] = {launchType0, launchType1, launchType2,  launchType3,

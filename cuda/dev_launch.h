@@ -13,5 +13,11 @@ namespace dev {
 // grid barrier counts on it). Returns kUnhandledCudaError when the launch fails.
 Status launchOnStream(const Launch& launch, int nblocks, void* cudaStream);
 
+// Loads every collective kernel on the current device now and returns the fewest blocks of any
+// of them one multiprocessor holds at once. CUDA loads kernels lazily by default, and loading
+// one at its first launch may wait for the kernels already running, which can be peers that
+// wait for this very launch.
+Result<int> preloadKernels();
+
 }  // namespace dev
 }  // namespace chorus

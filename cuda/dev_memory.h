@@ -61,6 +61,16 @@ CHORUS_HD inline void fenceSystem() {
 #endif
 }
 
+// Orders this block's earlier accesses to global memory against the grid barrier's counter
+// (all blocks of a launch run on one GPU).
+CHORUS_HD inline void fenceDevice() {
+#ifdef __CUDA_ARCH__
+  __threadfence();
+#else
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
 // What a waiting thread does between polls.
 CHORUS_HD inline void pollPause() {
 #if defined(__CUDA_ARCH__)

@@ -96,6 +96,10 @@ double predictDeviceUs(int nranks, Collective coll, Proto proto, int nchannels, 
   } else if (coll == Collective::kBroadcast || coll == Collective::kReduce) {
     share = 1;
   }
+  if (nranks == 1) {  // a local copy (or scaling) of the whole buffer, no ring steps
+    steps = 0;
+    share = 1;
+  }
   const ProtoCost& c = kCost[static_cast<int>(proto)];
   const double perChannelBytes = static_cast<double>(bytes) * share / nchannels;
   return steps * c.stepUs + perChannelBytes / (c.channelGBps * 1e3) + kChannelUs * (nchannels - 1);

@@ -2,8 +2,10 @@
 // one channel, waits on the channel's FIFO counters (Simple) or on the flags inside the lines
 // (LL), and moves each slot with one fused reduce-copy pass of the element code
 // (element_ops.h). Written over a Block type so the CPU runs the same code in tests:
-//   int tid, nthreads;  void sync();  BlockShared* shared;
-// sync() is a barrier of the block's threads; shared points to memory they all see.
+//   int tid, nthreads;  void sync();  bool syncOr(bool);  BlockShared* shared;
+// sync() is a barrier of the block's threads; syncOr(v) one that returns whether any thread
+// passed true (__syncthreads_or), so that every decision to stop is the whole block's; shared
+// points to memory they all see.
 #pragma once
 
 #include <cstddef>
@@ -218,23 +220,24 @@ class RingPrims {
     const char* local = useLocal ? input_ + in * sizeof(S) : nullptr;
     char* output = useOut ? output_ + out * sizeof(S) : nullptr;
 
-    if (block_.tid == 0 && !abortedSeen()) {
+    bool stop = false;
+    if (block_.tid == 0) {
       // A free slot: at most nslots - 1 of the earlier ones still unreleased.
       if (useSend && sendStep_ >= send_.nslots)
-        waitCounter(send_.head, sendStep_ + 1 - send_.nslots);
-      if (P == Proto::kSimple && useRecv && !abortedSeen()) waitCounter(recv_.tail, recvStep_ + 1);
+        stop = !waitCounter(send_.head, sendStep_ + 1 - send_.nslots);
+      if (!stop && P == Proto::kSimple && useRecv) stop = !waitCounter(recv_.tail, recvStep_ + 1);
     }
-    block_.sync();
-    if (abortedSeen()) return false;
+    if (block_.syncOr(stop)) return false;
 
+    bool lost = false;
     if (P == Proto::kSimple) {
       moveSimple<kStep, useLocal, useRecv, useSend, useOut>(recvSlot, local, sendSlot, output, n);
       if (useSend) fenceSystem();
     } else {
-      moveLl<kStep, useLocal, useRecv, useSend, useOut>(recvSlot, local, sendSlot, output, n);
+      lost =
+          !moveLl<kStep, useLocal, useRecv, useSend, useOut>(recvSlot, local, sendSlot, output, n);
     }
-    block_.sync();
-    if (abortedSeen()) return false;
+    if (block_.syncOr(lost)) return false;
     if (block_.tid == 0) {
       if (P == Proto::kSimple && useSend) storeRelease(send_.tail, sendStep_ + 1);
       if (useRecv) storeRelease(recv_.head, recvStep_ + 1);
@@ -293,9 +296,10 @@ class RingPrims {
     }
   }
 
-  // LL: each thread takes whole lines; a line carries 8 bytes of the chunk.
+  // LL: each thread takes whole lines; a line carries 8 bytes of the chunk. False when the
+  // communicator was aborted while this thread waited for a line.
   template <Step kStep, bool useLocal, bool useRecv, bool useSend, bool useOut>
-  CHORUS_HD void moveLl(const char* recvSlot, const char* local, char* sendSlot, char* output,
+  CHORUS_HD bool moveLl(const char* recvSlot, const char* local, char* sendSlot, char* output,
                         size_t n) {
     constexpr uint32_t kLanes = kLlDataBytes / sizeof(S);
     const size_t bytes = n * sizeof(S);
@@ -316,7 +320,7 @@ class RingPrims {
         while (!llTryLoad(recvLines + i, recvFlag, &a.word)) {
           if ((++spins & 63u) == 0 && (abortedSeen() || aborting())) {
             markAborted();
-            return;
+            return false;
           }
           pollPause();
         }
@@ -331,6 +335,7 @@ class RingPrims {
       if (useSend) llStore(sendLines + i, r.word, sendFlag);
       if (useOut) storeBytes8(output + off, r.word, valid);
     }
+    return true;
   }
 
   const Comm& comm_;

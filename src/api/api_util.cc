@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/param.h"
 #include "core/device.h"
+#include "cuda/dev_comm.h"
 #include "core/group.h"
 
 namespace chorus {
@@ -119,9 +120,14 @@ Result<CommOptions> optionsFrom(const ncclConfig_t* config, bool forceHost) {
   if (forceHost || hostParam == 1) {
     o.host = true;
   } else if (hostParam == 0 || cudaDeviceCount() > 0) {
-    return invalidUsage(
-        "device communicators are not available in this version of Chorus; set "
-        "CHORUS_HOST_COMM=1 to run collectives on host memory");
+    // A device communicator, bound to the calling thread's current device at init.
+    Result<int> devices = dev::usableDevices();
+    if (!devices.isOk())
+      return invalidUsage("a device communicator was asked for (%s), but %s; set "
+                          "CHORUS_HOST_COMM=1 to run collectives on host memory",
+                          hostParam == 0 ? "CHORUS_HOST_COMM=0" : "the CUDA driver reports a GPU",
+                          devices.status().message().c_str());
+    o.host = false;
   }
   return o;
 }

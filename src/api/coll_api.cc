@@ -65,7 +65,7 @@ Status prepare(ncclComm_t comm, const char* fn, const ncclDataType_t& datatype, 
   CHORUS_TRY(checkType(datatype, fn));
   args->type = static_cast<DataType>(datatype);
   if (op != nullptr) {
-    Status s = (*c)->resolveOp(*op, args->type, &args->op);
+    Status s = (*c)->resolveOp(*op, args->type, &args->op, &args->scalarDevice);
     if (!s.isOk()) return s.withContext(fn);
   }
   if (root != nullptr) {
@@ -92,10 +92,12 @@ Status checkInPlaceOrDisjoint(const void* send, size_t sendBytes, const void* re
 }
 
 // Runs the collective now, or adds it to the open group's launch for this communicator.
-Status launch(ncclComm_t comm, Communicator& impl, Collective collective, const CollArgs& args) {
+Status launch(ncclComm_t comm, Communicator& impl, Collective collective, const CollArgs& args,
+              cudaStream_t stream) {
   HostWork work;
   work.coll = collective;
   work.args = args;
+  work.stream = stream;
   if (groupActive()) {
     Result<CommRef> ref = queuedRef(comm, "group");
     if (!ref.isOk()) return ref.status();
@@ -111,7 +113,6 @@ Status launch(ncclComm_t comm, Communicator& impl, Collective collective, const 
 extern "C" ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                        cudaStream_t stream) {
-  (void)stream;  // host communicators complete the call before returning
   return guarded(comm, "ncclAllReduce", [&]() -> Status {
     const char* fn = "ncclAllReduce";
     CollArgs a;
@@ -125,7 +126,7 @@ extern "C" ncclResult_t pncclAllReduce(const void* sendbuff, void* recvbuff, siz
     a.sendbuff = sendbuff;
     a.recvbuff = recvbuff;
     a.count = count;
-    return launch(comm, *c, Collective::kAllReduce, a);
+    return launch(comm, *c, Collective::kAllReduce, a, stream);
   });
 }
 NCCL_ALIAS(ncclAllReduce)
@@ -133,7 +134,6 @@ NCCL_ALIAS(ncclAllReduce)
 extern "C" ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                        ncclDataType_t datatype, ncclComm_t comm,
                                        cudaStream_t stream) {
-  (void)stream;
   return guarded(comm, "ncclAllGather", [&]() -> Status {
     const char* fn = "ncclAllGather";
     CollArgs a;
@@ -149,7 +149,7 @@ extern "C" ncclResult_t pncclAllGather(const void* sendbuff, void* recvbuff, siz
     a.sendbuff = sendbuff;
     a.recvbuff = recvbuff;
     a.count = sendcount;
-    return launch(comm, *c, Collective::kAllGather, a);
+    return launch(comm, *c, Collective::kAllGather, a, stream);
   });
 }
 NCCL_ALIAS(ncclAllGather)
@@ -157,7 +157,6 @@ NCCL_ALIAS(ncclAllGather)
 extern "C" ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
                                            ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                            cudaStream_t stream) {
-  (void)stream;
   return guarded(comm, "ncclReduceScatter", [&]() -> Status {
     const char* fn = "ncclReduceScatter";
     CollArgs a;
@@ -174,7 +173,7 @@ extern "C" ncclResult_t pncclReduceScatter(const void* sendbuff, void* recvbuff,
     a.sendbuff = sendbuff;
     a.recvbuff = recvbuff;
     a.count = recvcount;
-    return launch(comm, *c, Collective::kReduceScatter, a);
+    return launch(comm, *c, Collective::kReduceScatter, a, stream);
   });
 }
 NCCL_ALIAS(ncclReduceScatter)
@@ -182,7 +181,6 @@ NCCL_ALIAS(ncclReduceScatter)
 extern "C" ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                        ncclDataType_t datatype, int root, ncclComm_t comm,
                                        cudaStream_t stream) {
-  (void)stream;
   return guarded(comm, "ncclBroadcast", [&]() -> Status {
     const char* fn = "ncclBroadcast";
     CollArgs a;
@@ -197,7 +195,7 @@ extern "C" ncclResult_t pncclBroadcast(const void* sendbuff, void* recvbuff, siz
     a.sendbuff = sendbuff;
     a.recvbuff = recvbuff;
     a.count = count;
-    return launch(comm, *c, Collective::kBroadcast, a);
+    return launch(comm, *c, Collective::kBroadcast, a, stream);
   });
 }
 NCCL_ALIAS(ncclBroadcast)
@@ -211,7 +209,6 @@ NCCL_ALIAS(ncclBcast)
 extern "C" ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t count,
                                     ncclDataType_t datatype, ncclRedOp_t op, int root,
                                     ncclComm_t comm, cudaStream_t stream) {
-  (void)stream;
   return guarded(comm, "ncclReduce", [&]() -> Status {
     const char* fn = "ncclReduce";
     CollArgs a;
@@ -227,7 +224,7 @@ extern "C" ncclResult_t pncclReduce(const void* sendbuff, void* recvbuff, size_t
     a.sendbuff = sendbuff;
     a.recvbuff = isRoot ? recvbuff : nullptr;
     a.count = count;
-    return launch(comm, *c, Collective::kReduce, a);
+    return launch(comm, *c, Collective::kReduce, a, stream);
   });
 }
 NCCL_ALIAS(ncclReduce)

@@ -8,6 +8,7 @@
 #include "chorus.h"
 #include "common/host_alloc.h"
 #include "core/group.h"
+#include "cuda/dev_comm.h"
 
 using namespace chorus;  // NOLINT: this file is the C API only
 
@@ -71,9 +72,26 @@ extern "C" ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int*
     std::vector<ncclComm_t> handles(ndev, nullptr);
     std::vector<Status> results(ndev);
     std::vector<std::thread> threads;
+    // Device communicators: rank r on devlist[r], else on device r (several ranks share a GPU
+    // when there are fewer GPUs than ranks).
+    int devices = 1;
+    if (!o.value().host) {
+      Result<int> count = dev::usableDevices();
+      if (!count.isOk()) return count.status().withContext("ncclCommInitAll");
+      devices = count.value();
+      if (devlist != nullptr)
+        for (int i = 0; i < ndev; ++i)
+          if (devlist[i] >= devices)
+            return invalidArgument("ncclCommInitAll: devlist[%d] = %d, but there are %d devices",
+                                   i, devlist[i], devices);
+    }
     for (int r = 0; r < ndev; ++r) {
       handles[r] = new ncclComm();
       threads.emplace_back([&, r] {
+        if (!o.value().host) {
+          results[r] = dev::setCurrentDevice(devlist != nullptr ? devlist[r] : r % devices);
+          if (!results[r].isOk()) return;
+        }
         results[r] = initComm(handles[r], InitRequest{ndev, r, id, o.value()});
       });
     }

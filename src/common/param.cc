@@ -105,6 +105,10 @@ const std::vector<ParamDef> kParams = {
      "Algorithms the selector may use: comma list of ring, tree, oneshot, twoshot, direct "
      "(both direct ones); ^ in front excludes them",
      true},
+    {"DEVICE_CHANNELS", ParamType::kInt, "8",
+     "Ring channels a device communicator connects (1..16); each collective kernel runs one "
+     "block per channel",
+     false},
     {"PROTO", ParamType::kString, "",
      "Protocols device communicators may use: comma list of LL, Simple (LL128 is accepted and "
      "has no effect); ^ in front excludes them",

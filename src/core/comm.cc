@@ -240,6 +240,12 @@ Status Communicator::init(const UniqueIdInfo& id) {
     LOG_INFO(kSubsysGraph, "ring:%s (%d host%s)", ring.c_str(), tuning_.nnodes,
              tuning_.nnodes == 1 ? "" : "s");
   }
+  if (!options_.host) {
+    CHORUS_TRY(initDevice(*topo.value()));
+    LOG_INFO(kSubsysInit, "rank %d of %d ready (device memory, GPU %d, comm %s)", rank_, nranks_,
+             options_.cudaDev, transportCtx_.commTag.c_str());
+    return Status::ok();
+  }
   // One ring channel and the direct region (small: it serves the latency-bound calls, which
   // should not pay for setup) now; more channels and the trees when first chosen.
   if (nranks_ > 1) CHORUS_TRY(connectRing(1));
@@ -394,7 +400,8 @@ Status Communicator::connectTrees() {
   return Status::ok();
 }
 
-Status Communicator::resolveOp(int op, DataType type, RedOp* out) const {
+Status Communicator::resolveOp(int op, DataType type, RedOp* out, const void** deviceScalar) const {
+  if (deviceScalar != nullptr) *deviceScalar = nullptr;
   RedOp& r = *out;
   r.nranks = nranks_;
   if (op >= 0 && op <= static_cast<int>(RedKind::kAvg)) {
@@ -412,7 +419,15 @@ Status Communicator::resolveOp(int op, DataType type, RedOp* out) const {
     return invalidArgument("op %d was created for datatype %s but is used with %s", op,
                            dataTypeName(u.type), dataTypeName(type));
   r = u.op;
-  if (u.scalarPtr != nullptr) memcpy(r.scalar, u.scalarPtr, dataTypeSize(type));
+  if (u.scalarPtr != nullptr && !options_.host) {
+    // Read by the kernel when it runs, as NCCL does with a device scalar.
+    if (deviceScalar == nullptr)
+      return invalidUsage("op %d reads its scalar from device memory, which this call cannot",
+                          op);
+    *deviceScalar = u.scalarPtr;
+  } else if (u.scalarPtr != nullptr) {
+    memcpy(r.scalar, u.scalarPtr, dataTypeSize(type));
+  }
   return Status::ok();
 }
 
@@ -538,8 +553,69 @@ Status Communicator::ensureDirect() {
   return Status::ok();
 }
 
+Status Communicator::initDevice(const LocalTopology& topo) {
+  dev::DeviceCommSetup s;
+  s.rank = rank_;
+  s.nranks = nranks_;
+  s.ringRanks = &ringRanks_;
+  s.bootstrap = bootstrap_.get();
+  s.topo = &topo;
+  s.hostId = peers_[rank_].hostId;
+  Result<DevicePathOptions> paths = devicePathOptionsFromEnv();
+  if (!paths.isOk()) return paths.status().withContext(formatString("rank %d init", rank_));
+  s.paths = paths.value();
+  Result<dev::ProtoMask> protos = dev::protoOverride();
+  if (!protos.isOk()) return protos.status().withContext(formatString("rank %d init", rank_));
+  s.shape.protos = protos.value();
+  s.shape.minChannels = tuning_.minChannels;
+  s.shape.maxChannels = tuning_.maxChannels;
+  s.nchannels = static_cast<int>(paramInt("DEVICE_CHANNELS"));
+  if (s.nchannels < 1 || s.nchannels > dev::kMaxChannels)
+    return invalidArgument("rank %d init: %s=%d is outside [1, %d]", rank_,
+                           paramRaw("DEVICE_CHANNELS").source.c_str(), s.nchannels,
+                           dev::kMaxChannels);
+  // Simple slots hold the FIFO's share of BUFFSIZE; LL slots an eighth of that in lines.
+  const FifoGeometry& g = transportCtx_.geometry;
+  for (int p = 0; p < dev::kNumProtos; ++p) s.nslots[p] = g.nslots;
+  s.slotBytes[static_cast<int>(dev::Proto::kSimple)] = g.slotBytes / 16 * 16;
+  s.slotBytes[static_cast<int>(dev::Proto::kLl)] =
+      std::max<uint32_t>(g.slotBytes / 8 / 16 * 16, 256);
+  Result<std::unique_ptr<dev::DeviceComm>> d = dev::DeviceComm::create(s);
+  if (!d.isOk()) return d.status().withContext(formatString("rank %d init", rank_));
+  device_ = d.take();
+  options_.cudaDev = device_->cudaDev();
+  return Status::ok();
+}
+
+Status Communicator::runDevice(const HostWork* works, size_t n) {
+  // Consecutive calls on one stream are planned together (one launch per kernel they need).
+  std::vector<dev::DeviceCall> calls;
+  size_t k = 0;
+  while (k < n) {
+    void* stream = works[k].stream;
+    calls.clear();
+    for (; k < n && works[k].stream == stream; ++k) {
+      const HostWork& w = works[k];
+      dev::DeviceCall c;
+      c.coll = w.coll;
+      c.type = w.args.type;
+      c.op = w.args.op;
+      c.count = w.args.count;
+      c.sendbuff = w.args.sendbuff;
+      c.recvbuff = w.args.recvbuff;
+      c.root = w.args.root;
+      c.scalarDevice = w.args.scalarDevice;
+      calls.push_back(c);
+    }
+    Status s = device_->enqueue(calls.data(), calls.size(), stream);
+    if (!s.isOk()) return s.withContext(formatString("rank %d", rank_));
+  }
+  return Status::ok();
+}
+
 Status Communicator::run(HostWork* works, size_t n) {
   CHORUS_TRY(checkUsable());
+  if (device_) return runDevice(works, n);
   int channels = 1;
   bool tree = false, direct = false, rd = false;
   for (size_t k = 0; k < n; ++k) {
@@ -610,6 +686,11 @@ Status Communicator::connectP2p(const std::vector<P2pOp>& ops) {
 
 Status Communicator::p2p(const std::vector<P2pOp>& ops) {
   CHORUS_TRY(checkUsable());
+  if (device_)
+    return invalidUsage(
+        "rank %d: ncclSend/ncclRecv on a device communicator are not implemented in this "
+        "version of Chorus (collectives are)",
+        rank_);
   Status s = connectP2p(ops);
   if (!s.isOk()) {
     std::string peers;
@@ -678,7 +759,10 @@ Status Communicator::checkUsable() const {
 
 Status Communicator::asyncError() const {
   // Calls ask on every collective: a flag spares them the lock while nothing went wrong.
-  if (!hasAsyncError_.load(std::memory_order_acquire)) return Status::ok();
+  if (!hasAsyncError_.load(std::memory_order_acquire)) {
+    if (device_) return device_->asyncError();
+    return Status::ok();
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   return asyncError_;
 }
@@ -691,6 +775,8 @@ void Communicator::reportAsyncError(const Status& status) {
     hasAsyncError_.store(true, std::memory_order_release);
   }
   abort_.raise();
+  // Kernels waiting for a peer that is gone stop too.
+  if (device_) device_->abort();
 }
 
 Status Communicator::finalize() {

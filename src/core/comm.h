@@ -13,6 +13,7 @@
 #include "algorithms/selector.h"
 #include "bootstrap/bootstrap.h"
 #include "core/peer_watch.h"
+#include "cuda/dev_comm.h"
 #include "common/status.h"
 #include "common/wait.h"
 #include "exec/host_executor.h"
@@ -55,7 +56,9 @@ class Communicator final : public ErrorSink {
   bool isHost() const { return options_.host; }
 
   // Resolves an ncclRedOp_t value for a given type (built-in or made by createPreMulSum).
-  Status resolveOp(int op, DataType type, RedOp* out) const;
+  // On a device communicator an operator whose scalar lives in device memory
+  // (ncclScalarDevice) leaves it there: *deviceScalar gets its address (null otherwise).
+  Status resolveOp(int op, DataType type, RedOp* out, const void** deviceScalar = nullptr) const;
   Result<int> createPreMulSum(const void* scalar, DataType type, bool scalarIsImmediate);
   Status destroyOp(int op);
 
@@ -83,7 +86,10 @@ class Communicator final : public ErrorSink {
   Status checkUsable() const;
   Status asyncError() const;
   void reportAsyncError(const Status& status) override;
-  void abort() { abort_.raise(); }
+  void abort() {
+    abort_.raise();
+    if (device_) device_->abort();
+  }
   Status finalize();
 
   void setLastError(const std::string& message);
@@ -95,6 +101,9 @@ class Communicator final : public ErrorSink {
   // Ring channels [channels_.size(), n): every rank calls this at the same point.
   Status connectRing(int n);
   Status ensureDirect();
+  // Device communicators: the FIFOs in GPU memory and the enqueue on the caller's stream.
+  Status initDevice(const LocalTopology& topo);
+  Status runDevice(const HostWork* works, size_t n);
   void logDecision(Collective coll, size_t bytes, const Decision& d);
   // shareDirections: a peer in both lists may get one connection for both directions.
   Status connectPairs(const std::vector<int>& recvFrom, const std::vector<int>& sendTo, int channel,
@@ -137,6 +146,7 @@ class Communicator final : public ErrorSink {
   };
   CachedDecision lastDecision_[static_cast<int>(Collective::kCount)];
   std::unique_ptr<ChannelWorkers> workers_;
+  std::unique_ptr<dev::DeviceComm> device_;  // device communicators only
   std::unique_ptr<PeerWatch> peerWatch_;  // the ranks on this host (null: none, or not watched)
   TreeLinks trees_;                       // connected when the selector first picks the tree
   bool treesConnected_ = false;

@@ -26,6 +26,8 @@ struct HostWork {
   bool windowed = false;
   WindowRef sendWindow;
   WindowRef recvWindow;
+  // The caller's cudaStream_t (device communicators queue the call there; host ones ignore it).
+  void* stream = nullptr;
 };
 
 // What the launch's algorithms run over; trees and direct may be null when no work uses them.

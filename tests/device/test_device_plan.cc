@@ -79,6 +79,13 @@ TEST(DeviceChoice, SmallCallsTakeLlLargeOnesSimpleOnMoreChannels) {
   }
 }
 
+TEST(DeviceChoice, OneRankCopiesLargeBuffersOnEveryChannel) {
+  const int32_t ring[1] = {0};
+  DeviceShape s = shapeOf(1, 8, ring);
+  EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 8).nchannels, 1);
+  EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 256u << 20).nchannels, 8);
+}
+
 TEST(DeviceChoice, OverridesAndChannelBounds) {
   const int32_t ring[2] = {0, 1};
   DeviceShape s = shapeOf(2, 8, ring);

@@ -176,6 +176,45 @@ TEST(ApiErrors, UnknownAlgorithmFailsInit) {
   EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
 }
 
+// CHORUS_HOST_COMM=0 asks for a device communicator: where no GPU is usable (or the build has no
+// CUDA) init fails and says why, never falling back to host memory silently.
+TEST(ApiErrors, DeviceCommWithoutAGpuSaysWhy) {
+  const char* before = getenv("CHORUS_HOST_COMM");
+  std::string saved = before != nullptr ? before : "";
+  setenv("CHORUS_HOST_COMM", "0", 1);
+  ncclUniqueId id;
+  ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+  ncclComm_t comm = nullptr;
+  ncclResult_t r = ncclCommInitRank(&comm, 1, id, 0);
+  std::string message = lastError();
+  ncclComm_t all[2] = {nullptr, nullptr};
+  ncclResult_t rAll = ncclCommInitAll(all, 2, nullptr);
+  std::string messageAll = lastError();
+  if (before != nullptr) {
+    setenv("CHORUS_HOST_COMM", saved.c_str(), 1);
+  } else {
+    unsetenv("CHORUS_HOST_COMM");
+  }
+  if (r == ncclSuccess) {
+    chorusMemType_t type = chorusMemHost;
+    EXPECT_EQ(chorusCommMemType(comm, &type), ncclSuccess);
+    EXPECT_EQ(type, chorusMemDevice);
+    ncclCommDestroy(comm);
+    if (rAll == ncclSuccess)
+      for (ncclComm_t c : all) ncclCommDestroy(c);
+    GTEST_SKIP() << "a GPU is usable here: the device communicator was created";
+  }
+  EXPECT_EQ(r, ncclInvalidUsage);
+  EXPECT_NE(message.find("CHORUS_HOST_COMM=0"), std::string::npos) << message;
+  EXPECT_NE(message.find("set CHORUS_HOST_COMM=1"), std::string::npos) << message;
+  const bool explained = message.find("no usable CUDA device") != std::string::npos ||
+                         message.find("no CUDA support") != std::string::npos;
+  EXPECT_TRUE(explained) << message;
+  EXPECT_EQ(comm, nullptr);
+  EXPECT_EQ(rAll, ncclInvalidUsage);
+  EXPECT_NE(messageAll.find("ncclCommInitAll"), std::string::npos) << messageAll;
+}
+
 TEST(ApiErrors, ConfigInitializerIsAccepted) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);

@@ -1,0 +1,64 @@
+// A rank's device communicator state: the ring channels' FIFOs in GPU memory, connected to the
+// ring neighbours through CUDA IPC (or directly within one process), the communicator as its
+// kernels see it (dev_work.h) in device memory, and the enqueue of planned launches on the
+// caller's stream. Usable from code built without the CUDA headers; in a build without CUDA
+// every entry point reports that CUDA support was not built.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "common/status.h"
+#include "cuda/dev_plan.h"
+#include "topo/topology.h"
+#include "transport/device_path.h"
+
+namespace chorus {
+namespace dev {
+
+// Whether this build has the CUDA kernels and runtime.
+bool cudaBuilt();
+
+// The number of CUDA devices usable by this process, or an error that says why none is (no
+// driver, no device, or a CUDA build without support).
+Result<int> usableDevices();
+// The calling thread's current device (cudaGetDevice), as NCCL binds a rank to it.
+Result<int> currentDevice();
+Status setCurrentDevice(int device);
+
+struct DeviceCommSetup {
+  int rank = 0;
+  int nranks = 1;
+  const std::vector<int>* ringRanks = nullptr;  // rank at each ring position
+  Bootstrap* bootstrap = nullptr;
+  const LocalTopology* topo = nullptr;
+  uint64_t hostId = 0;
+  DevicePathOptions paths;
+  int nchannels = 4;
+  uint32_t nslots[kNumProtos] = {8, 8};
+  uint32_t slotBytes[kNumProtos] = {16384, 131072};  // LL lines, Simple data
+  DeviceShape shape;                                 // channel bounds and protocols
+};
+
+class DeviceComm {
+ public:
+  virtual ~DeviceComm() = default;
+  // Collective: every rank calls it at the same point of its init, on its device.
+  static Result<std::unique_ptr<DeviceComm>> create(const DeviceCommSetup& setup);
+
+  virtual int cudaDev() const = 0;
+  // Plans calls[0..n) and queues their launches on `stream` (a cudaStream_t); returns at once.
+  virtual Status enqueue(const DeviceCall* calls, size_t n, void* stream) = 0;
+  // Raises the flag the kernels poll: waiting blocks stop.
+  virtual void abort() = 0;
+  // An error a kernel reported (it stopped on abort), else ok.
+  virtual Status asyncError() const = 0;
+  // The transport each ring neighbour got, for logs and chorus-topo.
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace dev
+}  // namespace chorus
