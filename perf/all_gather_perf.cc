@@ -23,7 +23,7 @@ double allGatherBusFactor(int nranks) {
 }
 
 ncclResult_t allGatherRun(const CallArgs& a) {
-  return ncclAllGather(a.sendbuff, a.recvbuff, a.count, a.type, a.comm, nullptr);
+  return ncclAllGather(a.sendbuff, a.recvbuff, a.count, a.type, a.comm, a.stream);
 }
 
 Source allGatherSource(size_t recvIndex, int, int, int, const CollCounts& c) {

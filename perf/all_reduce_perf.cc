@@ -19,7 +19,7 @@ double allReduceBusFactor(int nranks) {
 }
 
 ncclResult_t allReduceRun(const CallArgs& a) {
-  return ncclAllReduce(a.sendbuff, a.recvbuff, a.count, a.type, a.op, a.comm, nullptr);
+  return ncclAllReduce(a.sendbuff, a.recvbuff, a.count, a.type, a.op, a.comm, a.stream);
 }
 
 Source allReduceSource(size_t recvIndex, int, int, int, const CollCounts&) {

@@ -21,7 +21,7 @@ double alltoallBusFactor(int nranks) {
 }
 
 ncclResult_t alltoallRun(const CallArgs& a) {
-  return ncclAlltoAll(a.sendbuff, a.recvbuff, a.count, a.type, a.comm, nullptr);
+  return ncclAlltoAll(a.sendbuff, a.recvbuff, a.count, a.type, a.comm, a.stream);
 }
 
 // Block p of rank r's output is block r of rank p's input.

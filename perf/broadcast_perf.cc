@@ -19,7 +19,7 @@ double broadcastBusFactor(int) {
 }
 
 ncclResult_t broadcastRun(const CallArgs& a) {
-  return ncclBroadcast(a.sendbuff, a.recvbuff, a.count, a.type, a.root, a.comm, nullptr);
+  return ncclBroadcast(a.sendbuff, a.recvbuff, a.count, a.type, a.root, a.comm, a.stream);
 }
 
 Source broadcastSource(size_t recvIndex, int, int root, int, const CollCounts&) {

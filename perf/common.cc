@@ -17,7 +17,12 @@
 #include <vector>
 
 #include "chorus.h"
+#include "chorus_config.h"
 #include "verify.h"
+
+#if CHORUS_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 namespace chorus::perf {
 namespace {
@@ -39,8 +44,10 @@ std::string gProgram = "perf";
 struct Options {
   size_t minBytes = 32 << 20, maxBytes = 32 << 20, stepBytes = 1 << 20, stepFactor = 1;
   int iters = 20, warmupIters = 5, aggIters = 1, runCycles = 1, check = 1, average = 1;
-  int blocking = 0, parallelInit = 0, reportCpuTime = 0, streamNull = 0;  // host: no effect
-  int registration = 0;  // -R: 0 none, 1 ncclCommRegister, 2 symmetric windows
+  int registration = 0;  // -R: 0 none, 1 ncclCommRegister, 2 symmetric windows (host only)
+  int blocking = 0;      // device buffers: wait for each iteration (host calls always complete)
+  int streamNull = 0;    // device buffers: the legacy default stream instead of one of our own
+  int parallelInit = 0, reportCpuTime = 0;  // no effect
   std::vector<const TypeInfo*> types{findType("float")};
   std::vector<PerfOp> ops{kSum};
   int root = 0;  // -1: every root
@@ -63,14 +70,18 @@ void usage(const Collective& coll) {
       "                              bfloat16|f8e4m3|f8e5m2|all (default float)\n"
       "  -r,--root <rank|all>        root of rooted collectives (default 0)\n"
       "  -a,--average <0..3>         time reported across ranks: 0 rank 0, 1 avg, 2 min, 3 max\n"
-      "  -z,--blocking <0/1>         accepted; host collectives always complete in the call\n"
+      "  -z,--blocking <0/1>         wait for each call (device buffers); host collectives\n"
+      "                              always complete in the call\n"
       "  -C,--report_cputime <0/1>   label the time column cputime (same clock on host)\n"
-      "  -R,--local_register <0..2>  buffers from ncclMemAlloc, registered: 1 ncclCommRegister,\n"
-      "                              2 ncclCommWindowRegister symmetric windows (read in place\n"
-      "                              by ranks on one host); 0 (default) plain memory\n"
+      "  -R,--local_register <0..2>  host buffers from ncclMemAlloc, registered: 1\n"
+      "                              ncclCommRegister, 2 ncclCommWindowRegister symmetric\n"
+      "                              windows (read in place by ranks on one host); 0 (default)\n"
+      "                              plain memory; ignored for device buffers\n"
       "  -g,--ngpus 1  -t,--nthreads 1  -p,--parallel_init <0/1>  -G,--cudagraph 0\n"
-      "  -y,--stream_null <0/1>      accepted for compatibility\n"
+      "  -y,--stream_null <0/1>      device buffers: run on the NULL stream\n"
       "  -h,--help\n"
+      "Device communicators (a CUDA build on a GPU, see CHORUS_HOST_COMM) get cudaMalloc'd\n"
+      "buffers and a stream per rank, on GPU <local rank> modulo the GPUs visible.\n"
       "Ranks come from CHORUS_RANK/CHORUS_NRANKS (chorusrun), Open MPI, MPICH, Slurm or\n"
       "torchrun variables; the rendezvous from NCCL_COMM_ID/CHORUS_COMM_ID or MASTER_ADDR and\n"
       "MASTER_PORT (the tool uses MASTER_PORT+1).\n",
@@ -173,7 +184,7 @@ Options parseOptions(int argc, char** argv, const Collective& coll) {
         break;
       case 'G':
         if (parseInt(optarg, "cudagraph (-G)", 0, INT32_MAX) != 0)
-          fail("-G %s: CUDA graphs need device buffers; use -G 0", optarg);
+          fail("-G %s: the perf tools do not capture CUDA graphs; use -G 0", optarg);
         break;
       case 'o':
         o.ops.clear();
@@ -274,12 +285,26 @@ void setupRendezvous(const RankEnv& env) {
 
 // ---- the benchmark ----------------------------------------------------------------------------
 
+// Memory the collectives read and write. Device memory is reached from the host only through
+// copies (Bench::upload, download).
+class Buffer {
+ public:
+  virtual ~Buffer() = default;
+  virtual char* data() const = 0;
+  virtual size_t bytes() const = 0;
+  virtual bool onDevice() const = 0;
+};
+
+size_t roundToPage(size_t bytes) {
+  return (std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096;
+}
+
 // Zero-filled host memory, so that no timed call pays for first-touch page faults; from
 // ncclMemAlloc and registered with comm when `registration` (-R) asks.
-class HostBuffer {
+class HostBuffer : public Buffer {
  public:
   HostBuffer(size_t bytes, int registration = 0, ncclComm_t comm = nullptr)
-      : bytes_((std::max<size_t>(bytes, 1) + 4095) / 4096 * 4096), comm_(comm) {
+      : bytes_(roundToPage(bytes)), comm_(comm) {
     if (registration > 0) {
       void* p = nullptr;
       if (ncclMemAlloc(&p, bytes_) != ncclSuccess)
@@ -299,7 +324,7 @@ class HostBuffer {
            ncclGetLastError(comm_));
     allocated_ = registration > 0;
   }
-  ~HostBuffer() {
+  ~HostBuffer() override {
     if (handle_ != nullptr) ncclCommDeregister(comm_, handle_);
     if (window_ != nullptr) ncclCommWindowDeregister(comm_, window_);
     if (allocated_)
@@ -309,8 +334,9 @@ class HostBuffer {
   }
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
-  char* data() const { return ptr_; }
-  size_t bytes() const { return bytes_; }
+  char* data() const override { return ptr_; }
+  size_t bytes() const override { return bytes_; }
+  bool onDevice() const override { return false; }
 
  private:
   size_t bytes_;
@@ -320,6 +346,50 @@ class HostBuffer {
   void* handle_ = nullptr;
   ncclWindow_t window_ = nullptr;
 };
+
+#if CHORUS_HAVE_CUDA
+// Zero-filled memory of the current CUDA device.
+class DeviceBuffer : public Buffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(roundToPage(bytes)) {
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes_);
+    if (e != cudaSuccess)
+      fail("cudaMalloc of %zu bytes failed: %s (lower -e)", bytes_, cudaGetErrorString(e));
+    ptr_ = static_cast<char*>(p);
+    e = cudaMemset(ptr_, 0, bytes_);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    if (e != cudaSuccess) fail("cudaMemset of %zu bytes failed: %s", bytes_, cudaGetErrorString(e));
+  }
+  ~DeviceBuffer() override { cudaFree(ptr_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  char* data() const override { return ptr_; }
+  size_t bytes() const override { return bytes_; }
+  bool onDevice() const override { return true; }
+
+ private:
+  size_t bytes_;
+  char* ptr_ = nullptr;
+};
+
+// Makes GPU <local rank> modulo the visible GPUs current, as nccl-tests does, since a device
+// communicator binds to the current device. Skipped when host communicators are asked for, so
+// that no CUDA context is created for nothing.
+void selectDevice(const RankEnv& env) {
+  const char* host = std::getenv("CHORUS_HOST_COMM");
+  if (host != nullptr && std::strcmp(host, "1") == 0) return;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();  // no usable GPU: the library falls back to host communicators
+    return;
+  }
+  cudaError_t e = cudaSetDevice(env.localRank % count);
+  if (e != cudaSuccess)
+    fail("rank %d: cudaSetDevice(%d) failed: %s", env.rank, env.localRank % count,
+         cudaGetErrorString(e));
+}
+#endif
 
 // Formats v in exactly `width` characters with as many decimals as fit (as nccl-tests does).
 std::string fitNumber(double v, int width) {
@@ -349,6 +419,10 @@ class Bench {
     send_.reset();
     recv_.reset();
     if (comm_ != nullptr) ncclCommDestroy(comm_);
+#if CHORUS_HAVE_CUDA
+    scratch_.reset();
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+#endif
   }
 
   int run() {
@@ -361,14 +435,19 @@ class Bench {
     chorusMemType_t memType = chorusMemHost;
     check(chorusCommMemType(comm_, &memType), "chorusCommMemType");
     if (memType == chorusMemDevice) {
+#if CHORUS_HAVE_CUDA
+      device_ = true;
+      if (!opt_.streamNull) checkCuda(cudaStreamCreate(&stream_), "cudaStreamCreate");
+#else
       ncclCommAbort(comm_);
       comm_ = nullptr;
       fail(
           "rank %d: the communicator takes device buffers, and device buffers need a CUDA build "
           "of the perf tools; set CHORUS_HOST_COMM=1 to benchmark host memory",
           rank_);
+#endif
     }
-    scratch_ = std::make_unique<HostBuffer>(kRankLine * static_cast<size_t>(nranks_));
+    scratch_ = makeBuffer(kRankLine * static_cast<size_t>(nranks_), 0);
     printHeader();
     allocate();
     for (const TypeInfo* t : opt_.types) {
@@ -403,6 +482,91 @@ class Bench {
     std::exit(1);
   }
 
+#if CHORUS_HAVE_CUDA
+  void checkCuda(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return;
+    std::fprintf(stderr, "%s: rank %d: %s failed: %s%s%s\n", gProgram.c_str(), rank_, what,
+                 cudaGetErrorString(e), context_.empty() ? "" : " during ", context_.c_str());
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+    comm_ = nullptr;
+    std::exit(1);
+  }
+#endif
+
+  // Device memory on device communicators, host memory (registered as -R asks) otherwise.
+  std::unique_ptr<Buffer> makeBuffer(size_t bytes, int registration) {
+#if CHORUS_HAVE_CUDA
+    if (device_) return std::make_unique<DeviceBuffer>(bytes);
+#endif
+    return std::make_unique<HostBuffer>(bytes, registration, comm_);
+  }
+
+  cudaStream_t stream() const {
+#if CHORUS_HAVE_CUDA
+    return stream_;
+#else
+    return nullptr;
+#endif
+  }
+
+  // Waits for the work queued on device communicators; host calls have completed already.
+  void waitForDevice() {
+#if CHORUS_HAVE_CUDA
+    if (!device_) return;
+    checkCuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+#endif
+  }
+
+  // Host-side access to `buf`, of which `at` is a part: plain memory operations on host memory;
+  // on device memory, copies through the stream, complete when these return.
+  void upload(const Buffer& buf, void* at, const void* src, size_t n) {
+    if (!buf.onDevice()) {
+      std::memcpy(at, src, n);
+      return;
+    }
+#if CHORUS_HAVE_CUDA
+    checkCuda(cudaMemcpyAsync(at, src, n, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync");
+    waitForDevice();
+#endif
+  }
+
+  void download(const Buffer& buf, void* dst, const void* at, size_t n) {
+    if (!buf.onDevice()) {
+      std::memcpy(dst, at, n);
+      return;
+    }
+#if CHORUS_HAVE_CUDA
+    checkCuda(cudaMemcpyAsync(dst, at, n, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync");
+    waitForDevice();
+#endif
+  }
+
+  void fill(const Buffer& buf, void* at, int byte, size_t n) {
+    if (!buf.onDevice()) {
+      std::memset(at, byte, n);
+      return;
+    }
+#if CHORUS_HAVE_CUDA
+    checkCuda(cudaMemsetAsync(at, byte, n, stream_), "cudaMemsetAsync");
+    waitForDevice();
+#endif
+  }
+
+  // "device N [0xBUS] name" of a device communicator's GPU, "device -1 [host memory]" otherwise.
+  std::string describeDevice() {
+    char text[128] = "device -1 [host memory]";
+#if CHORUS_HAVE_CUDA
+    if (device_) {
+      int dev = -1;
+      check(ncclCommCuDevice(comm_, &dev), "ncclCommCuDevice");
+      cudaDeviceProp prop{};
+      checkCuda(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
+      std::snprintf(text, sizeof(text), "device %2d [0x%02x] %.80s", dev, prop.pciBusID, prop.name);
+    }
+#endif
+    return text;
+  }
+
   void printHeader() {
     int version = 0;
     check(ncclGetVersion(&version), "ncclGetVersion");
@@ -417,21 +581,35 @@ class Bench {
           opt_.stepFactor > 1 ? "factor" : "bytes", opt_.warmupIters, opt_.iters, opt_.aggIters,
           opt_.check);
       if (opt_.blocking)
-        std::printf("# Blocking Enabled: host collectives complete before the call returns\n");
+        std::printf("# Blocking Enabled: %s\n",
+                    device_ ? "wait for completion after each iteration"
+                            : "host collectives complete before the call returns");
+      if (device_) {
+        int dev = -1;
+        check(ncclCommCuDevice(comm_, &dev), "ncclCommCuDevice");
+        std::printf("# Device buffers on GPU %d%s\n", dev, opt_.streamNull ? ", NULL stream" : "");
+        if (opt_.registration > 0)
+          std::printf("# -R %d ignored: registration applies to host buffers only\n",
+                      opt_.registration);
+      }
       std::printf("#\n# Using devices\n");
     }
     // Rank 0 prints every rank's line, gathered over the communicator under test.
     char host[128] = "unknown";
     gethostname(host, sizeof(host) - 1);
     if (char* dot = std::strchr(host, '.')) *dot = '\0';
-    char* lines = scratch_->data();
-    std::snprintf(lines + kRankLine * rank_, kRankLine,
-                  "#  Rank %2d Group %2d Pid %6d on %10s device %2d [host memory]\n", rank_, 0,
-                  static_cast<int>(getpid()), host, -1);
-    check(ncclAllGather(lines + kRankLine * rank_, lines, kRankLine, ncclUint8, comm_, nullptr),
+    std::vector<char> lines(kRankLine * nranks_);
+    char* mine = scratch_->data() + kRankLine * rank_;
+    std::snprintf(lines.data() + kRankLine * rank_, kRankLine,
+                  "#  Rank %2d Group %2d Pid %6d on %10s %s\n", rank_, 0,
+                  static_cast<int>(getpid()), host, describeDevice().c_str());
+    upload(*scratch_, mine, lines.data() + kRankLine * rank_, kRankLine);
+    check(ncclAllGather(mine, scratch_->data(), kRankLine, ncclUint8, comm_, stream()),
           "ncclAllGather (rank lines)");
+    download(*scratch_, lines.data(), scratch_->data(), lines.size());
     if (rank_ == 0)
-      for (int r = 0; r < nranks_; ++r) std::printf("%.*s", int(kRankLine), lines + kRankLine * r);
+      for (int r = 0; r < nranks_; ++r)
+        std::printf("%.*s", int(kRankLine), lines.data() + kRankLine * r);
     if (rank_ == 0) {
       const char* time = opt_.reportCpuTime ? "cputime" : "time";
       std::printf(
@@ -461,10 +639,10 @@ class Bench {
       recvBytes =
           std::max({recvBytes, c.recvCount * t->size, inPlaceSpan(c, nranks_ - 1) * t->size});
     }
-    send_ =
-        std::make_unique<HostBuffer>(std::max(sendBytes, opt_.maxBytes), opt_.registration, comm_);
-    recv_ =
-        std::make_unique<HostBuffer>(std::max(recvBytes, opt_.maxBytes), opt_.registration, comm_);
+    send_ = makeBuffer(std::max(sendBytes, opt_.maxBytes), opt_.registration);
+    recv_ = makeBuffer(std::max(recvBytes, opt_.maxBytes), opt_.registration);
+    // Device buffers: inputs are built, and outputs checked, in host memory.
+    if (device_) staging_ = std::make_unique<HostBuffer>(std::max(send_->bytes(), recv_->bytes()));
   }
 
   // The buffers of call `iter`: successive calls walk through the allocation, as nccl-tests
@@ -486,7 +664,8 @@ class Bench {
                test.root,
                rank_,
                nranks_,
-               comm_};
+               comm_,
+               stream()};
     if (inPlace) {
       a.sendbuff = base + c.sendInplaceOffset * rank_ * ts;
       a.recvbuff = base + c.recvInplaceOffset * rank_ * ts;
@@ -498,46 +677,55 @@ class Bench {
     check(coll_.run(callArgs(test, c, inPlace, iter)), coll_.name);
   }
 
+  // All-reduces one value of `type` through the scratch buffer; on device communicators it
+  // returns once the result is back (so a barrier also waits for the work queued before it).
+  template <typename T>
+  T allReduceValue(T v, ncclDataType_t type, ncclRedOp_t op, const char* what) {
+    upload(*scratch_, scratch_->data(), &v, sizeof(v));
+    check(ncclAllReduce(scratch_->data(), scratch_->data(), 1, type, op, comm_, stream()), what);
+    download(*scratch_, &v, scratch_->data(), sizeof(v));
+    return v;
+  }
+
   void barrier() {
-    std::memset(scratch_->data(), 0, sizeof(int32_t));
-    check(ncclAllReduce(scratch_->data(), scratch_->data(), 1, ncclInt32, ncclSum, comm_, nullptr),
-          "ncclAllReduce (barrier)");
+    allReduceValue<int32_t>(0, ncclInt32, ncclSum, "ncclAllReduce (barrier)");
   }
 
   double reduceDouble(double v, ncclRedOp_t op) {
-    std::memcpy(scratch_->data(), &v, sizeof(v));
-    check(ncclAllReduce(scratch_->data(), scratch_->data(), 1, ncclFloat64, op, comm_, nullptr),
-          "ncclAllReduce (timing)");
-    std::memcpy(&v, scratch_->data(), sizeof(v));
-    return v;
+    return allReduceValue(v, ncclFloat64, op, "ncclAllReduce (timing)");
   }
 
   int64_t sumInt64(int64_t v) {
-    std::memcpy(scratch_->data(), &v, sizeof(v));
-    check(ncclAllReduce(scratch_->data(), scratch_->data(), 1, ncclInt64, ncclSum, comm_, nullptr),
-          "ncclAllReduce (error count)");
-    std::memcpy(&v, scratch_->data(), sizeof(v));
-    return v;
+    return allReduceValue(v, ncclInt64, ncclSum, "ncclAllReduce (error count)");
   }
 
   // Inputs into the send buffer (in place: into the receive buffer at the send offset), and a
   // recognisable pattern over the rest of the receive buffer, so unwritten elements fail.
+  // Device buffers: the inputs are built in the staging buffer and copied over.
   void initData(const Test& test, const CollCounts& c, bool inPlace, uint64_t seed) {
     CallArgs a = callArgs(test, c, inPlace, 0);
     size_t ts = test.type->size;
-    std::memset(recv_->data(), 0xa5, (inPlace ? inPlaceSpan(c, rank_) : c.recvCount) * ts);
+    fill(*recv_, recv_->data(), 0xa5, (inPlace ? inPlaceSpan(c, rank_) : c.recvCount) * ts);
     Inputs in(*test.type, test.op, nranks_, seed);
+    const Buffer& sendBuffer = inPlace ? *recv_ : *send_;
     void* send = const_cast<void*>(a.sendbuff);
-    for (size_t i = 0; i < c.sendCount; ++i) storeElement(*test.type, send, i, in.value(rank_, i));
+    void* build = sendBuffer.onDevice() ? staging_->data() : send;
+    for (size_t i = 0; i < c.sendCount; ++i) storeElement(*test.type, build, i, in.value(rank_, i));
+    if (build != send) upload(sendBuffer, send, build, c.sendCount * ts);
   }
 
   int64_t countWrong(const Test& test, const CollCounts& c, bool inPlace, uint64_t seed) {
     CallArgs a = callArgs(test, c, inPlace, 0);
     Inputs in(*test.type, test.op, nranks_, seed);
     Checker checker(*test.type, test.op, in, nranks_);
+    const void* out = a.recvbuff;
+    if (recv_->onDevice()) {
+      download(*recv_, staging_->data(), a.recvbuff, c.recvCount * test.type->size);
+      out = staging_->data();
+    }
     int64_t wrong = 0;
     for (size_t i = 0; i < c.recvCount; ++i)
-      wrong += !checker.matches(a.recvbuff, i, coll_.source(i, rank_, test.root, nranks_, c));
+      wrong += !checker.matches(out, i, coll_.source(i, rank_, test.root, nranks_, c));
     return wrong;
   }
 
@@ -556,6 +744,7 @@ class Bench {
       CollCounts c = coll_.counts(bytes / t.size, nranks_);
       for (int i = 0; i < opt_.warmupIters; ++i) launch(test, c, false, i);
     }
+    waitForDevice();
     for (int cycle = 0; opt_.runCycles == 0 || cycle < opt_.runCycles; ++cycle) {
       for (size_t bytes = opt_.minBytes; bytes <= opt_.maxBytes;) {
         CollCounts c = coll_.counts(bytes / t.size, nranks_);
@@ -596,7 +785,9 @@ class Bench {
       if (opt_.aggIters > 1) check(ncclGroupStart(), "ncclGroupStart");
       for (int a = 0; a < opt_.aggIters; ++a) launch(test, c, inPlace, iter * opt_.aggIters + a);
       if (opt_.aggIters > 1) check(ncclGroupEnd(), "ncclGroupEnd");
+      if (opt_.blocking) waitForDevice();
     }
+    waitForDevice();
     double sec = std::chrono::duration<double>(Clock::now() - start).count() /
                  (static_cast<double>(opt_.iters) * opt_.aggIters);
     static const ncclRedOp_t kAverageOps[] = {ncclSum, ncclSum, ncclMin, ncclMax};
@@ -628,8 +819,13 @@ class Bench {
   const Options& opt_;
   int rank_, nranks_;
   ncclComm_t comm_ = nullptr;
-  std::unique_ptr<HostBuffer> send_, recv_, scratch_;
-  std::string context_;  // what the failing call was doing, for error messages
+  bool device_ = false;  // the communicator takes device buffers
+#if CHORUS_HAVE_CUDA
+  cudaStream_t stream_ = nullptr;  // stays NULL with -y 1
+#endif
+  std::unique_ptr<Buffer> send_, recv_, scratch_;
+  std::unique_ptr<HostBuffer> staging_;  // device buffers' inputs and outputs on the host
+  std::string context_;                  // what the failing call was doing, for error messages
   uint64_t checkRuns_ = 0;
   int errors_ = 0, bwCount_ = 0;
   double bwSum_ = 0;
@@ -645,6 +841,9 @@ int perfMain(int argc, char** argv, const Collective& coll) {
   if (coll.hasRoot && opt.root >= env.nranks)
     fail("root %d is out of range for %d ranks", opt.root, env.nranks);
   setupRendezvous(env);
+#if CHORUS_HAVE_CUDA
+  selectDevice(env);
+#endif
   return Bench(coll, opt, env).run();
 }
 

@@ -48,6 +48,7 @@ struct CallArgs {
   int rank;
   int nranks;
   ncclComm_t comm;
+  cudaStream_t stream;  // the rank's stream on device communicators, NULL on host ones
 };
 
 struct Collective {

@@ -23,7 +23,7 @@ double gatherBusFactor(int nranks) {
 }
 
 ncclResult_t gatherRun(const CallArgs& a) {
-  return ncclGather(a.sendbuff, a.recvbuff, a.count, a.type, a.root, a.comm, nullptr);
+  return ncclGather(a.sendbuff, a.recvbuff, a.count, a.type, a.root, a.comm, a.stream);
 }
 
 // Only the root's output is defined: block r is rank r's input.

@@ -19,7 +19,7 @@ double reduceBusFactor(int) {
 }
 
 ncclResult_t reduceRun(const CallArgs& a) {
-  return ncclReduce(a.sendbuff, a.recvbuff, a.count, a.type, a.op, a.root, a.comm, nullptr);
+  return ncclReduce(a.sendbuff, a.recvbuff, a.count, a.type, a.op, a.root, a.comm, a.stream);
 }
 
 // Only the root's output is defined.

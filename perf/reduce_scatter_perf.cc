@@ -24,7 +24,7 @@ double reduceScatterBusFactor(int nranks) {
 }
 
 ncclResult_t reduceScatterRun(const CallArgs& a) {
-  return ncclReduceScatter(a.sendbuff, a.recvbuff, a.count, a.type, a.op, a.comm, nullptr);
+  return ncclReduceScatter(a.sendbuff, a.recvbuff, a.count, a.type, a.op, a.comm, a.stream);
 }
 
 Source reduceScatterSource(size_t recvIndex, int rank, int, int, const CollCounts& c) {

@@ -23,7 +23,7 @@ double scatterBusFactor(int nranks) {
 }
 
 ncclResult_t scatterRun(const CallArgs& a) {
-  return ncclScatter(a.sendbuff, a.recvbuff, a.count, a.type, a.root, a.comm, nullptr);
+  return ncclScatter(a.sendbuff, a.recvbuff, a.count, a.type, a.root, a.comm, a.stream);
 }
 
 // Rank r receives block r of the root's input.

@@ -24,8 +24,8 @@ ncclResult_t sendrecvRun(const CallArgs& a) {
   int prev = (a.rank + a.nranks - 1) % a.nranks;
   ncclResult_t r = ncclGroupStart();
   if (r != ncclSuccess) return r;
-  r = ncclSend(a.sendbuff, a.count, a.type, next, a.comm, nullptr);
-  ncclResult_t r2 = ncclRecv(a.recvbuff, a.count, a.type, prev, a.comm, nullptr);
+  r = ncclSend(a.sendbuff, a.count, a.type, next, a.comm, a.stream);
+  ncclResult_t r2 = ncclRecv(a.recvbuff, a.count, a.type, prev, a.comm, a.stream);
   ncclResult_t end = ncclGroupEnd();
   if (r != ncclSuccess) return r;
   if (r2 != ncclSuccess) return r2;
