@@ -123,10 +123,11 @@ Result<CommOptions> optionsFrom(const ncclConfig_t* config, bool forceHost) {
     // A device communicator, bound to the calling thread's current device at init.
     Result<int> devices = dev::usableDevices();
     if (!devices.isOk())
-      return invalidUsage("a device communicator was asked for (%s), but %s; set "
-                          "CHORUS_HOST_COMM=1 to run collectives on host memory",
-                          hostParam == 0 ? "CHORUS_HOST_COMM=0" : "the CUDA driver reports a GPU",
-                          devices.status().message().c_str());
+      return invalidUsage(
+          "a device communicator was asked for (%s), but %s; set "
+          "CHORUS_HOST_COMM=1 to run collectives on host memory",
+          hostParam == 0 ? "CHORUS_HOST_COMM=0" : "the CUDA driver reports a GPU",
+          devices.status().message().c_str());
     o.host = false;
   }
   return o;

@@ -82,8 +82,8 @@ extern "C" ncclResult_t pncclCommInitAll(ncclComm_t* comms, int ndev, const int*
       if (devlist != nullptr)
         for (int i = 0; i < ndev; ++i)
           if (devlist[i] >= devices)
-            return invalidArgument("ncclCommInitAll: devlist[%d] = %d, but there are %d devices",
-                                   i, devlist[i], devices);
+            return invalidArgument("ncclCommInitAll: devlist[%d] = %d, but there are %d devices", i,
+                                   devlist[i], devices);
     }
     for (int r = 0; r < ndev; ++r) {
       handles[r] = new ncclComm();

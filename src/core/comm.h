@@ -147,8 +147,8 @@ class Communicator final : public ErrorSink {
   CachedDecision lastDecision_[static_cast<int>(Collective::kCount)];
   std::unique_ptr<ChannelWorkers> workers_;
   std::unique_ptr<dev::DeviceComm> device_;  // device communicators only
-  std::unique_ptr<PeerWatch> peerWatch_;  // the ranks on this host (null: none, or not watched)
-  TreeLinks trees_;                       // connected when the selector first picks the tree
+  std::unique_ptr<PeerWatch> peerWatch_;     // the ranks on this host (null: none, or not watched)
+  TreeLinks trees_;                          // connected when the selector first picks the tree
   bool treesConnected_ = false;
   std::unique_ptr<DirectRegion> direct_;
   SlotStreamPolicy directStores_;  // how this rank writes direct_'s buffers  // made when a direct

@@ -67,7 +67,7 @@ struct CollArgs {
   DataType type = DataType::kFloat32;
   RedOp op;
   const void* scalarDevice = nullptr;  // device communicators: PreMulSum scalar in GPU memory
-  int root = 0;       // broadcast and reduce
+  int root = 0;                        // broadcast and reduce
   int nchannels = 1;  // ring channels to split the call across (at most channels->size())
 };
 

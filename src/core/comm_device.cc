@@ -1,0 +1,70 @@
+// Device communicators: the part of Communicator that sets up the GPU FIFOs (cuda/dev_comm.h)
+// and queues collectives on the caller's streams.
+#include <algorithm>
+
+#include "common/param.h"
+#include "core/comm.h"
+
+namespace chorus {
+
+Status Communicator::initDevice(const LocalTopology& topo) {
+  dev::DeviceCommSetup s;
+  s.rank = rank_;
+  s.nranks = nranks_;
+  s.ringRanks = &ringRanks_;
+  s.bootstrap = bootstrap_.get();
+  s.topo = &topo;
+  s.hostId = peers_[rank_].hostId;
+  Result<DevicePathOptions> paths = devicePathOptionsFromEnv();
+  if (!paths.isOk()) return paths.status().withContext(formatString("rank %d init", rank_));
+  s.paths = paths.value();
+  Result<dev::ProtoMask> protos = dev::protoOverride();
+  if (!protos.isOk()) return protos.status().withContext(formatString("rank %d init", rank_));
+  s.shape.protos = protos.value();
+  s.shape.minChannels = tuning_.minChannels;
+  s.shape.maxChannels = tuning_.maxChannels;
+  s.nchannels = static_cast<int>(paramInt("DEVICE_CHANNELS"));
+  if (s.nchannels < 1 || s.nchannels > dev::kMaxChannels)
+    return invalidArgument("rank %d init: %s=%d is outside [1, %d]", rank_,
+                           paramRaw("DEVICE_CHANNELS").source.c_str(), s.nchannels,
+                           dev::kMaxChannels);
+  // Simple slots hold the FIFO's share of BUFFSIZE; LL slots an eighth of that in lines.
+  const FifoGeometry& g = transportCtx_.geometry;
+  for (int p = 0; p < dev::kNumProtos; ++p) s.nslots[p] = g.nslots;
+  s.slotBytes[static_cast<int>(dev::Proto::kSimple)] = g.slotBytes / 16 * 16;
+  s.slotBytes[static_cast<int>(dev::Proto::kLl)] =
+      std::max<uint32_t>(g.slotBytes / 8 / 16 * 16, 256);
+  Result<std::unique_ptr<dev::DeviceComm>> d = dev::DeviceComm::create(s);
+  if (!d.isOk()) return d.status().withContext(formatString("rank %d init", rank_));
+  device_ = d.take();
+  options_.cudaDev = device_->cudaDev();
+  return Status::ok();
+}
+
+Status Communicator::runDevice(const HostWork* works, size_t n) {
+  // Consecutive calls on one stream are planned together (one launch per kernel they need).
+  std::vector<dev::DeviceCall> calls;
+  size_t k = 0;
+  while (k < n) {
+    void* stream = works[k].stream;
+    calls.clear();
+    for (; k < n && works[k].stream == stream; ++k) {
+      const HostWork& w = works[k];
+      dev::DeviceCall c;
+      c.coll = w.coll;
+      c.type = w.args.type;
+      c.op = w.args.op;
+      c.count = w.args.count;
+      c.sendbuff = w.args.sendbuff;
+      c.recvbuff = w.args.recvbuff;
+      c.root = w.args.root;
+      c.scalarDevice = w.args.scalarDevice;
+      calls.push_back(c);
+    }
+    Status s = device_->enqueue(calls.data(), calls.size(), stream);
+    if (!s.isOk()) return s.withContext(formatString("rank %d", rank_));
+  }
+  return Status::ok();
+}
+
+}  // namespace chorus
