@@ -97,38 +97,47 @@ struct FormatFor<DataType::kFloat8e5m2> {
 template <DataType T>
 using FormatOf = typename FormatFor<T>::Type;
 
-// False for a type or kind outside the enums.
+// Calls fn(FormatTag<F>{}) with the format of `type`; false for a type outside the enum.
 template <class Fn>
-bool withKernelKey(DataType type, RedKind kind, Fn&& fn) {
+bool withFormat(DataType type, Fn&& fn) {
   switch (type) {
     case DataType::kInt8:
-      return withKind<NativeFormat<int8_t>>(kind, fn);
+      return fn(FormatTag<FormatOf<DataType::kInt8>>{}), true;
     case DataType::kUint8:
-      return withKind<NativeFormat<uint8_t>>(kind, fn);
+      return fn(FormatTag<FormatOf<DataType::kUint8>>{}), true;
     case DataType::kInt32:
-      return withKind<NativeFormat<int32_t>>(kind, fn);
+      return fn(FormatTag<FormatOf<DataType::kInt32>>{}), true;
     case DataType::kUint32:
-      return withKind<NativeFormat<uint32_t>>(kind, fn);
+      return fn(FormatTag<FormatOf<DataType::kUint32>>{}), true;
     case DataType::kInt64:
-      return withKind<NativeFormat<int64_t>>(kind, fn);
+      return fn(FormatTag<FormatOf<DataType::kInt64>>{}), true;
     case DataType::kUint64:
-      return withKind<NativeFormat<uint64_t>>(kind, fn);
+      return fn(FormatTag<FormatOf<DataType::kUint64>>{}), true;
     case DataType::kFloat16:
-      return withKind<HalfFormat>(kind, fn);
+      return fn(FormatTag<FormatOf<DataType::kFloat16>>{}), true;
     case DataType::kFloat32:
-      return withKind<NativeFormat<float>>(kind, fn);
+      return fn(FormatTag<FormatOf<DataType::kFloat32>>{}), true;
     case DataType::kFloat64:
-      return withKind<NativeFormat<double>>(kind, fn);
+      return fn(FormatTag<FormatOf<DataType::kFloat64>>{}), true;
     case DataType::kBfloat16:
-      return withKind<Bf16Format>(kind, fn);
+      return fn(FormatTag<FormatOf<DataType::kBfloat16>>{}), true;
     case DataType::kFloat8e4m3:
-      return withKind<E4m3Format>(kind, fn);
+      return fn(FormatTag<FormatOf<DataType::kFloat8e4m3>>{}), true;
     case DataType::kFloat8e5m2:
-      return withKind<E5m2Format>(kind, fn);
+      return fn(FormatTag<FormatOf<DataType::kFloat8e5m2>>{}), true;
     case DataType::kNumTypes:
       break;
   }
   return false;
+}
+
+// False for a type or kind outside the enums.
+template <class Fn>
+bool withKernelKey(DataType type, RedKind kind, Fn&& fn) {
+  bool known = false;
+  const bool typed = withFormat(
+      type, [&](auto format) { known = withKind<typename decltype(format)::Format>(kind, fn); });
+  return typed && known;
 }
 
 }  // namespace dev

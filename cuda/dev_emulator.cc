@@ -90,6 +90,19 @@ struct EmuClique::FifoMemory {
   uint64_t recvStep[kNumProtos] = {};
 };
 
+// One end's view of the FIFO of protocol p in m; step is that end's own position.
+Fifo EmuClique::fifoView(FifoMemory& m, int p, uint64_t* step, const EmuGeometry& g) {
+  Fifo f;
+  const auto base = reinterpret_cast<uintptr_t>(m.slots[p].data());
+  f.slots = reinterpret_cast<char*>((base + 15) & ~uintptr_t(15));
+  f.tail = &m.tail[p][0];
+  f.head = &m.head[p][0];
+  f.step = step;
+  f.nslots = g.nslots[p];
+  f.slotBytes = g.slotBytes[p];
+  return f;
+}
+
 EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& ringOrder)
     : nranks_(nranks),
       barriers_(static_cast<size_t>(nranks) * 8, 0),
@@ -104,6 +117,7 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
         m->slots[p].assign(static_cast<size_t>(g.nslots[p]) * g.slotBytes[p] + 16, 0);
       memory_.push_back(std::move(m));
     }
+  comms_.resize(static_cast<size_t>(nranks));
   auto fifoOf = [&](int rank, int c) -> FifoMemory& {
     return *memory_[static_cast<size_t>(rank * g.nchannels + c)];
   };
@@ -123,26 +137,10 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
       FifoMemory& in = fifoOf(rank, c);   // filled by the predecessor
       FifoMemory& out = fifoOf(next, c);  // the successor's
       for (int p = 0; p < kNumProtos; ++p) {
-        auto align16 = [](char* q) {
-          return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(q) + 15) & ~uintptr_t(15));
-        };
-        Fifo& s = comm->channels[c].send[p];
-        s.slots = align16(out.slots[p].data());
-        s.tail = &out.tail[p][0];
-        s.head = &out.head[p][0];
-        s.step = &out.sendStep[p];
-        s.nslots = g.nslots[p];
-        s.slotBytes = g.slotBytes[p];
-        Fifo& r = comm->channels[c].recv[p];
-        r.slots = align16(in.slots[p].data());
-        r.tail = &in.tail[p][0];
-        r.head = &in.head[p][0];
-        r.step = &in.recvStep[p];
-        r.nslots = g.nslots[p];
-        r.slotBytes = g.slotBytes[p];
+        comm->channels[c].send[p] = fifoView(out, p, &out.sendStep[p], g);
+        comm->channels[c].recv[p] = fifoView(in, p, &in.recvStep[p], g);
       }
     }
-    comms_.resize(static_cast<size_t>(nranks));
     comms_[static_cast<size_t>(rank)] = std::move(comm);
   }
 }

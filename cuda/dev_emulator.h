@@ -37,6 +37,7 @@ class EmuClique {
 
  private:
   struct FifoMemory;
+  static Fifo fifoView(FifoMemory& m, int p, uint64_t* step, const EmuGeometry& g);
   int nranks_;
   std::vector<int32_t> ring_;
   std::vector<std::unique_ptr<Comm>> comms_;

@@ -11,6 +11,15 @@ namespace dev {
 
 namespace {
 
+// Coll holds Collective's values.
+static_assert(static_cast<int>(Coll::kAllReduce) == static_cast<int>(Collective::kAllReduce) &&
+                  static_cast<int>(Coll::kAllGather) == static_cast<int>(Collective::kAllGather) &&
+                  static_cast<int>(Coll::kReduceScatter) ==
+                      static_cast<int>(Collective::kReduceScatter) &&
+                  static_cast<int>(Coll::kBroadcast) == static_cast<int>(Collective::kBroadcast) &&
+                  static_cast<int>(Coll::kReduce) == static_cast<int>(Collective::kReduce),
+              "Coll mirrors Collective");
+
 std::string lower(std::string s) {
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -145,26 +154,10 @@ Status encodeLaunches(const DeviceShape& shape, const Comm* comm, const DeviceCa
     w.recvbuff = c.recvbuff;
     w.type = static_cast<uint8_t>(c.type);
     const bool copyOnly = c.coll == Collective::kAllGather || c.coll == Collective::kBroadcast;
-    switch (c.coll) {
-      case Collective::kAllReduce:
-        w.coll = Coll::kAllReduce;
-        break;
-      case Collective::kAllGather:
-        w.coll = Coll::kAllGather;
-        break;
-      case Collective::kReduceScatter:
-        w.coll = Coll::kReduceScatter;
-        break;
-      case Collective::kBroadcast:
-        w.coll = Coll::kBroadcast;
-        break;
-      case Collective::kReduce:
-        w.coll = Coll::kReduce;
-        break;
-      default:
-        return invalidArgument("device call %zu: collective %d has no device kernel", i,
-                               static_cast<int>(c.coll));
-    }
+    if (static_cast<unsigned>(c.coll) > static_cast<unsigned>(Collective::kReduce))
+      return invalidArgument("device call %zu: collective %d has no device kernel", i,
+                             static_cast<int>(c.coll));
+    w.coll = static_cast<Coll>(c.coll);
     w.redKind = static_cast<uint8_t>(copyOnly ? RedKind::kSum : c.op.kind);
     if (!copyOnly && c.op.kind == RedKind::kPreMulSum) {
       if (c.scalarDevice != nullptr) {

@@ -7,6 +7,7 @@
 // conversions and the loop bounds are checked where there is no GPU.
 #include "cuda/device_reduce.h"
 
+#include "cuda/dev_dispatch.h"
 #include "cuda/element_ops.h"
 
 #include <cuda_runtime.h>
@@ -198,34 +199,11 @@ Status run(const ReduceCopyArgs& args, const Target& target) {
   if (args.count == 0 || (args.peer == nullptr && args.local == nullptr) || args.dst0 == nullptr) {
     return Status::ok();
   }
-  switch (args.type) {
-    case DataType::kInt8:
-      return runFormat<NativeFormat<int8_t>>(args, target);
-    case DataType::kUint8:
-      return runFormat<NativeFormat<uint8_t>>(args, target);
-    case DataType::kInt32:
-      return runFormat<NativeFormat<int32_t>>(args, target);
-    case DataType::kUint32:
-      return runFormat<NativeFormat<uint32_t>>(args, target);
-    case DataType::kInt64:
-      return runFormat<NativeFormat<int64_t>>(args, target);
-    case DataType::kUint64:
-      return runFormat<NativeFormat<uint64_t>>(args, target);
-    case DataType::kFloat16:
-      return runFormat<HalfFormat>(args, target);
-    case DataType::kFloat32:
-      return runFormat<NativeFormat<float>>(args, target);
-    case DataType::kFloat64:
-      return runFormat<NativeFormat<double>>(args, target);
-    case DataType::kBfloat16:
-      return runFormat<Bf16Format>(args, target);
-    case DataType::kFloat8e4m3:
-      return runFormat<E4m3Format>(args, target);
-    case DataType::kFloat8e5m2:
-      return runFormat<E5m2Format>(args, target);
-    case DataType::kNumTypes:
-      break;
-  }
+  Status result;
+  if (withFormat(args.type, [&](auto format) {
+        result = runFormat<typename decltype(format)::Format>(args, target);
+      }))
+    return result;
   return invalidArgument("deviceReduceCopy: unknown data type %d", static_cast<int>(args.type));
 }
 
