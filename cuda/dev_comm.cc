@@ -1,12 +1,15 @@
 // The device communicator on the CUDA runtime. Each rank allocates the receive FIFOs of its
 // ring channels in its GPU's memory and describes them to its ring predecessor, which maps them
 // (a device pointer within one process, a CUDA IPC handle across processes) and writes into
-// them. The steps of each FIFO end and the grid barrier live in the rank's own device memory,
-// the abort and error flags in mapped pinned host memory.
+// them; likewise one receive FIFO per other rank for point-to-point transfers, each in an
+// allocation of its own (an IPC handle is opened once, by the one process that writes into it).
+// The steps of each FIFO end and the grid barrier live in the rank's own device memory, the
+// abort and error flags in mapped pinned host memory.
 #include <cuda_runtime_api.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 
@@ -20,6 +23,7 @@ namespace dev {
 namespace {
 
 constexpr int kTagDeviceRing = 2000;
+constexpr int kTagDeviceP2p = 2001;
 constexpr size_t kLine = 128;  // counters each on a line of their own
 
 Status cudaFailure(cudaError_t err, const std::string& what) {
@@ -60,6 +64,17 @@ struct RegionLayout {
   }
   size_t tailOffset(int c, int p) const { return fifoOffset(c, p) + fifoBytes(p) - 2 * kLine; }
   size_t headOffset(int c, int p) const { return tailOffset(c, p) + kLine; }
+  // The FIFO of channel c and protocol p in a region laid out so; step: the using end's own.
+  Fifo fifo(char* region, int c, int p, uint64_t* step) const {
+    Fifo f;
+    f.slots = region + fifoOffset(c, p);
+    f.tail = reinterpret_cast<uint64_t*>(region + tailOffset(c, p));
+    f.head = reinterpret_cast<uint64_t*>(region + headOffset(c, p));
+    f.step = step;
+    f.nslots = nslots[p];
+    f.slotBytes = slotBytes[p];
+    return f;
+  }
   bool operator==(const RegionLayout& o) const {
     return nchannels == o.nchannels && std::memcmp(nslots, o.nslots, sizeof nslots) == 0 &&
            std::memcmp(slotBytes, o.slotBytes, sizeof slotBytes) == 0;
@@ -74,6 +89,14 @@ struct RegionInfo {
   cudaIpcMemHandle_t ipc;
 };
 
+// What a rank tells each other rank about its receive FIFO for that rank's sends: the region,
+// or why there is none (the receiver decides, so both ends agree).
+struct P2pLinkInfo {
+  RegionInfo region;
+  int32_t linked;
+  char reason[160];
+};
+
 class CudaDeviceComm final : public DeviceComm {
  public:
   ~CudaDeviceComm() override { release(); }
@@ -82,6 +105,7 @@ class CudaDeviceComm final : public DeviceComm {
 
   int cudaDev() const override { return device_; }
   Status enqueue(const DeviceCall* calls, size_t n, void* stream) override;
+  Status enqueueP2p(const DeviceP2p* ops, size_t n, void* stream) override;
   void abort() override {
     if (abortHost_ != nullptr) __atomic_store_n(abortHost_, 1u, __ATOMIC_RELEASE);
   }
@@ -97,6 +121,12 @@ class CudaDeviceComm final : public DeviceComm {
 
  private:
   void release();
+  // The point-to-point links to every other rank; fills peersHost_.
+  Status connectPeers(const DeviceCommSetup& s, const std::vector<DeviceEndpoint>& ends,
+                      const RegionLayout& layout, cudaStream_t setup);
+  Status checkStream(void* stream) const;
+  // Queues launches on stream, after this communicator's earlier ones.
+  Status launchAll(const std::vector<Launch>& launches, void* stream);
 
   int rank_ = 0;
   int device_ = -1;
@@ -110,6 +140,16 @@ class CudaDeviceComm final : public DeviceComm {
   uint64_t* state_ = nullptr;   // FIFO ends' steps and the grid barrier (device memory)
   int32_t* ringRanksDev_ = nullptr;
   Comm* commDev_ = nullptr;
+  // Point-to-point, by rank: this rank's receive FIFO from it, the mapping of its receive FIFO
+  // for this rank's sends, and why a direction has no link (empty: linked).
+  std::vector<char*> peerRecv_;
+  std::vector<char*> peerSend_;
+  std::vector<bool> peerSendIpc_;
+  std::vector<std::string> noSendLink_;
+  std::vector<std::string> noRecvLink_;
+  std::vector<Channel> peersHost_;
+  uint64_t* peerState_ = nullptr;  // steps of both ends, per peer and protocol
+  Channel* peersDev_ = nullptr;
   uint32_t* abortHost_ = nullptr;  // mapped pinned host memory
   uint32_t* errorHost_ = nullptr;
   // Recorded after this communicator's last launch: a launch on another stream waits for it,
@@ -152,9 +192,18 @@ void CudaDeviceComm::release() {
   }
   if (sendRegion_ != nullptr && sendRegionIpc_) cudaIpcCloseMemHandle(sendRegion_);
   sendRegion_ = nullptr;
-  for (void* p : {static_cast<void*>(recvRegion_), static_cast<void*>(state_),
-                  static_cast<void*>(ringRanksDev_), static_cast<void*>(commDev_)})
+  for (size_t r = 0; r < peerSend_.size(); ++r)
+    if (peerSend_[r] != nullptr && peerSendIpc_[r]) cudaIpcCloseMemHandle(peerSend_[r]);
+  peerSend_.clear();
+  for (char* p : peerRecv_)
     if (p != nullptr) cudaFree(p);
+  peerRecv_.clear();
+  for (void* p : {static_cast<void*>(recvRegion_), static_cast<void*>(state_),
+                  static_cast<void*>(ringRanksDev_), static_cast<void*>(commDev_),
+                  static_cast<void*>(peerState_), static_cast<void*>(peersDev_)})
+    if (p != nullptr) cudaFree(p);
+  peerState_ = nullptr;
+  peersDev_ = nullptr;
   recvRegion_ = nullptr;
   state_ = nullptr;
   ringRanksDev_ = nullptr;
@@ -206,13 +255,16 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
   CHORUS_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_),
                   "cudaDeviceGetAttribute");
   const int resident = blocksPerSm.value() * sms;
-  if (resident < sameGpuHere * nchannels_)
+  // A collective runs a block per channel, a group's sends and receives up to a block each.
+  const int blocksEach = std::max(nchannels_, s.nranks > 1 ? kMaxLaunchWorks : 1);
+  if (resident < sameGpuHere * blocksEach)
     return invalidUsage(
-        "rank %d: %d ranks of this process share GPU %d with %d channels each, but the GPU "
-        "holds only %d collective-kernel blocks at once (%d per multiprocessor x %d); lower "
-        "CHORUS_DEVICE_CHANNELS to %d or fewer",
-        rank_, sameGpuHere, device_, nchannels_, resident, blocksPerSm.value(), sms,
-        std::max(1, resident / sameGpuHere));
+        "rank %d: %d ranks of this process share GPU %d and each runs up to %d blocks at once "
+        "(%d channels, up to %d for sends and receives), but the GPU holds only %d "
+        "collective-kernel blocks at once (%d per multiprocessor x %d); use fewer ranks per GPU%s",
+        rank_, sameGpuHere, device_, blocksEach, nchannels_, kMaxLaunchWorks, resident,
+        blocksPerSm.value(), sms,
+        nchannels_ > kMaxLaunchWorks ? " or lower CHORUS_DEVICE_CHANNELS" : "");
 
   const std::vector<int>& ring = *s.ringRanks;
   ringRanks_.assign(ring.begin(), ring.end());
@@ -321,6 +373,9 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
     description_ = formatString("rank %d (GPU %d): to rank %d %s (%s), from rank %d %s", rank_,
                                 device_, next, devicePathName(toNext.kind), toNext.reason.c_str(),
                                 prev, devicePathName(fromPrev.kind));
+    RegionLayout linkLayout = layout;
+    linkLayout.nchannels = 1;
+    CHORUS_TRY(connectPeers(s, ends, linkLayout, setup));
   } else {
     description_ = formatString("rank %d (GPU %d): alone", rank_, device_);
   }
@@ -339,22 +394,19 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
   host.barrier = state_ + stateWords - 1;
   host.abortFlag = static_cast<const volatile uint32_t*>(abortDev);
   host.errorFlag = static_cast<uint32_t*>(errorDev);
+  if (n > 1) {
+    CHORUS_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&peersDev_), sizeof(Channel) * n),
+                    "cudaMalloc");
+    CHORUS_CUDA_TRY(cudaMemcpyAsync(peersDev_, peersHost_.data(), sizeof(Channel) * n,
+                                    cudaMemcpyHostToDevice, setup),
+                    "cudaMemcpyAsync");
+    host.peers = peersDev_;
+  }
   for (int c = 0; c < nchannels_ && n > 1; ++c)
     for (int p = 0; p < kNumProtos; ++p) {
-      Fifo& out = host.channels[c].send[p];
-      out.slots = sendRegion_ + layout.fifoOffset(c, p);
-      out.tail = reinterpret_cast<uint64_t*>(sendRegion_ + layout.tailOffset(c, p));
-      out.head = reinterpret_cast<uint64_t*>(sendRegion_ + layout.headOffset(c, p));
-      out.step = state_ + (static_cast<size_t>(c) * kNumProtos + p) * 2;
-      out.nslots = layout.nslots[p];
-      out.slotBytes = layout.slotBytes[p];
-      Fifo& in = host.channels[c].recv[p];
-      in.slots = recvRegion_ + layout.fifoOffset(c, p);
-      in.tail = reinterpret_cast<uint64_t*>(recvRegion_ + layout.tailOffset(c, p));
-      in.head = reinterpret_cast<uint64_t*>(recvRegion_ + layout.headOffset(c, p));
-      in.step = out.step + 1;
-      in.nslots = layout.nslots[p];
-      in.slotBytes = layout.slotBytes[p];
+      uint64_t* steps = state_ + (static_cast<size_t>(c) * kNumProtos + p) * 2;
+      host.channels[c].send[p] = layout.fifo(sendRegion_, c, p, steps);
+      host.channels[c].recv[p] = layout.fifo(recvRegion_, c, p, steps + 1);
     }
   CHORUS_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&commDev_), sizeof(Comm)), "cudaMalloc");
   CHORUS_CUDA_TRY(cudaMemcpyAsync(commDev_, &host, sizeof(Comm), cudaMemcpyHostToDevice, setup),
@@ -368,15 +420,100 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
   return Status::ok();
 }
 
-Status CudaDeviceComm::enqueue(const DeviceCall* calls, size_t n, void* stream) {
-  if (sharesGpuInProcess_ && (stream == nullptr || stream == cudaStreamLegacy))
-    return invalidUsage(
-        "rank %d: ranks that share GPU %d in one process need a stream each "
-        "(cudaStreamCreate): on the legacy default stream their kernels run one after "
-        "another, and each waits for the others",
-        rank_, device_);
-  std::vector<Launch> launches;
-  CHORUS_TRY(encodeLaunches(shape_, commDev_, calls, n, &launches));
+Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
+                                    const std::vector<DeviceEndpoint>& ends,
+                                    const RegionLayout& layout, cudaStream_t setup) {
+  const int n = s.nranks;
+  const DeviceEndpoint& me = ends[static_cast<size_t>(rank_)];
+  peerRecv_.assign(static_cast<size_t>(n), nullptr);
+  peerSend_.assign(static_cast<size_t>(n), nullptr);
+  peerSendIpc_.assign(static_cast<size_t>(n), false);
+  noSendLink_.assign(static_cast<size_t>(n), "");
+  noRecvLink_.assign(static_cast<size_t>(n), "");
+  peersHost_.assign(static_cast<size_t>(n), Channel());
+  // Per peer and protocol: the send step, the receive step.
+  const size_t stateWords = static_cast<size_t>(n) * kNumProtos * 2;
+  CHORUS_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&peerState_), stateWords * sizeof(uint64_t)),
+                  formatString("rank %d: cudaMalloc of the point-to-point FIFO state", rank_));
+  CHORUS_CUDA_TRY(cudaMemsetAsync(peerState_, 0, stateWords * sizeof(uint64_t), setup),
+                  "cudaMemsetAsync");
+  // This rank decides each link into its own memory and tells the sender.
+  for (int p = 0; p < n; ++p) {
+    if (p == rank_) continue;
+    const DeviceEndpoint& peer = ends[static_cast<size_t>(p)];
+    const DevicePath path = chooseDevicePath(*s.topo, peer, me, s.paths);
+    const bool p2p = path.kind == DevicePathKind::kP2pSameGpu ||
+                     path.kind == DevicePathKind::kP2pNvlink ||
+                     path.kind == DevicePathKind::kP2pPcie;
+    P2pLinkInfo info{};
+    info.linked = p2p ? 1 : 0;
+    if (p2p) {
+      char* region = nullptr;
+      CHORUS_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&region), layout.totalBytes()),
+                      formatString("rank %d: cudaMalloc of %zu bytes of receive FIFOs from rank %d",
+                                   rank_, layout.totalBytes(), p));
+      peerRecv_[static_cast<size_t>(p)] = region;
+      CHORUS_CUDA_TRY(cudaMemsetAsync(region, 0, layout.totalBytes(), setup), "cudaMemsetAsync");
+      info.region.owner = me;
+      info.region.layout = layout;
+      info.region.address = reinterpret_cast<uint64_t>(region);
+      if (peer.pid != me.pid || peer.hostId != me.hostId)
+        CHORUS_CUDA_TRY(cudaIpcGetMemHandle(&info.region.ipc, region),
+                        formatString("rank %d: cudaIpcGetMemHandle", rank_));
+    } else {
+      snprintf(info.reason, sizeof info.reason, "%s: %s", devicePathName(path.kind),
+               path.reason.c_str());
+      noRecvLink_[static_cast<size_t>(p)] = info.reason;
+    }
+    CHORUS_TRY(s.bootstrap->send(p, kTagDeviceP2p, &info, sizeof info));
+  }
+  CHORUS_CUDA_TRY(cudaStreamSynchronize(setup), "cudaStreamSynchronize");
+  for (int p = 0; p < n; ++p) {
+    if (p == rank_) continue;
+    P2pLinkInfo theirs{};
+    CHORUS_TRY(s.bootstrap->recv(p, kTagDeviceP2p, &theirs, sizeof theirs));
+    theirs.reason[sizeof theirs.reason - 1] = 0;
+    if (theirs.linked == 0) {
+      noSendLink_[static_cast<size_t>(p)] = theirs.reason;
+      continue;
+    }
+    if (!(theirs.region.layout == layout))
+      return invalidUsage(
+          "rank %d: rank %d uses other device FIFO sizes (CHORUS_BUFFSIZE or CHORUS_STEPS differ "
+          "between the ranks); set them alike on every rank",
+          rank_, p);
+    const DeviceEndpoint& owner = theirs.region.owner;
+    if (owner.pid == me.pid && owner.hostId == me.hostId) {
+      if (owner.cudaDev != device_) {
+        cudaError_t e = cudaDeviceEnablePeerAccess(owner.cudaDev, 0);
+        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
+          return cudaFailure(
+              e, formatString("rank %d: cudaDeviceEnablePeerAccess(%d)", rank_, owner.cudaDev));
+        cudaGetLastError();
+      }
+      peerSend_[static_cast<size_t>(p)] = reinterpret_cast<char*>(theirs.region.address);
+    } else {
+      void* mapped = nullptr;
+      CHORUS_CUDA_TRY(
+          cudaIpcOpenMemHandle(&mapped, theirs.region.ipc, cudaIpcMemLazyEnablePeerAccess),
+          formatString("rank %d: cudaIpcOpenMemHandle of rank %d's receive FIFO", rank_, p));
+      peerSend_[static_cast<size_t>(p)] = static_cast<char*>(mapped);
+      peerSendIpc_[static_cast<size_t>(p)] = true;
+    }
+  }
+  for (int p = 0; p < n; ++p)
+    for (int q = 0; q < kNumProtos; ++q) {
+      uint64_t* steps = peerState_ + (static_cast<size_t>(p) * kNumProtos + q) * 2;
+      Channel& link = peersHost_[static_cast<size_t>(p)];
+      if (char* out = peerSend_[static_cast<size_t>(p)])
+        link.send[q] = layout.fifo(out, 0, q, steps);
+      if (char* in = peerRecv_[static_cast<size_t>(p)])
+        link.recv[q] = layout.fifo(in, 0, q, steps + 1);
+    }
+  return Status::ok();
+}
+
+Status CudaDeviceComm::launchAll(const std::vector<Launch>& launches, void* stream) {
   if (launches.empty()) return Status::ok();
   int previous = -1;
   CHORUS_CUDA_TRY(cudaGetDevice(&previous), "cudaGetDevice");
@@ -396,7 +533,7 @@ Status CudaDeviceComm::enqueue(const DeviceCall* calls, size_t n, void* stream) 
   }
   for (const Launch& l : launches) {
     if (!result.isOk()) break;
-    result = launchOnStream(l, nchannels_, stream);
+    result = launchOnStream(l, l.p2p != 0 ? l.nworks : nchannels_, stream);
   }
   if (result.isOk() && ordered) {
     err = cudaEventRecord(lastLaunch_, s);
@@ -409,6 +546,41 @@ Status CudaDeviceComm::enqueue(const DeviceCall* calls, size_t n, void* stream) 
   }
   if (previous != device_) cudaSetDevice(previous);
   return result;
+}
+
+Status CudaDeviceComm::checkStream(void* stream) const {
+  if (sharesGpuInProcess_ && (stream == nullptr || stream == cudaStreamLegacy))
+    return invalidUsage(
+        "rank %d: ranks that share GPU %d in one process need a stream each "
+        "(cudaStreamCreate): on the legacy default stream their kernels run one after "
+        "another, and each waits for the others",
+        rank_, device_);
+  return Status::ok();
+}
+
+Status CudaDeviceComm::enqueue(const DeviceCall* calls, size_t n, void* stream) {
+  CHORUS_TRY(checkStream(stream));
+  std::vector<Launch> launches;
+  CHORUS_TRY(encodeLaunches(shape_, commDev_, calls, n, &launches));
+  return launchAll(launches, stream);
+}
+
+Status CudaDeviceComm::enqueueP2p(const DeviceP2p* ops, size_t n, void* stream) {
+  CHORUS_TRY(checkStream(stream));
+  for (size_t i = 0; i < n; ++i) {
+    const DeviceP2p& op = ops[i];
+    if (op.peer < 0 || op.peer >= shape_.nranks || op.peer == rank_ || op.bytes == 0) continue;
+    const std::string& why = (op.isSend ? noSendLink_ : noRecvLink_)[static_cast<size_t>(op.peer)];
+    if (!why.empty())
+      return invalidUsage(
+          "rank %d: %s rank %d needs a device transport this version of Chorus does not "
+          "implement yet (%s); device sends and receives run over P2P (ranks on one GPU, "
+          "NVLink, or PCIe with peer access)",
+          rank_, op.isSend ? "ncclSend to" : "ncclRecv from", op.peer, why.c_str());
+  }
+  std::vector<Launch> launches;
+  CHORUS_TRY(encodeP2pLaunches(shape_, commDev_, rank_, ops, n, &launches));
+  return launchAll(launches, stream);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // A rank's device communicator state: the ring channels' FIFOs in GPU memory, connected to the
-// ring neighbours through CUDA IPC (or directly within one process), the communicator as its
-// kernels see it (dev_work.h) in device memory, and the enqueue of planned launches on the
-// caller's stream. Usable from code built without the CUDA headers; in a build without CUDA
+// ring neighbours through CUDA IPC (or directly within one process), a FIFO link to every other
+// rank for sends and receives, the communicator as its kernels see it (dev_work.h) in device
+// memory, and the enqueue of planned launches on the caller's stream. Usable from code built without the CUDA headers; in a build without CUDA
 // every entry point reports that CUDA support was not built.
 #pragma once
 
@@ -52,11 +52,14 @@ class DeviceComm {
   virtual int cudaDev() const = 0;
   // Plans calls[0..n) and queues their launches on `stream` (a cudaStream_t); returns at once.
   virtual Status enqueue(const DeviceCall* calls, size_t n, void* stream) = 0;
+  // Plans one group's sends and receives (encodeP2pLaunches) and queues their launches on
+  // `stream`; returns at once.
+  virtual Status enqueueP2p(const DeviceP2p* ops, size_t n, void* stream) = 0;
   // Raises the flag the kernels poll: waiting blocks stop.
   virtual void abort() = 0;
   // An error a kernel reported (it stopped on abort), else ok.
   virtual Status asyncError() const = 0;
-  // The transport each ring neighbour got, for logs and chorus-topo.
+  // The transport each ring neighbour got, for logs.
   virtual std::string describe() const = 0;
 };
 

@@ -61,7 +61,7 @@ struct HostBlock {
 
 template <class F, RedKind K>
 void runBlocks(const Launch& launch, int threadsPerBlock) {
-  const int nblocks = launch.comm->nchannels;
+  const int nblocks = launch.p2p != 0 ? launch.nworks : launch.comm->nchannels;
   std::vector<std::unique_ptr<SpinBarrier>> barriers;
   std::vector<BlockShared> shared(static_cast<size_t>(nblocks));
   std::vector<HostBlockVotes> votes(static_cast<size_t>(nblocks));
@@ -142,6 +142,32 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
       }
     }
     comms_[static_cast<size_t>(rank)] = std::move(comm);
+  }
+  // Point-to-point links between every pair: rank r's FIFO for its receives from s.
+  for (int r = 0; r < nranks; ++r)
+    for (int s = 0; s < nranks; ++s) {
+      auto m = std::make_unique<FifoMemory>();
+      for (int p = 0; p < kNumProtos; ++p)
+        m->slots[p].assign(r == s ? 0 : static_cast<size_t>(g.nslots[p]) * g.slotBytes[p] + 16, 0);
+      peerMemory_.push_back(std::move(m));
+    }
+  auto linkOf = [&](int receiver, int sender) -> FifoMemory& {
+    return *peerMemory_[static_cast<size_t>(receiver * nranks + sender)];
+  };
+  peers_.resize(static_cast<size_t>(nranks));
+  for (int me = 0; me < nranks; ++me) {
+    std::vector<Channel>& links = peers_[static_cast<size_t>(me)];
+    links.resize(static_cast<size_t>(nranks));
+    for (int other = 0; other < nranks; ++other) {
+      if (other == me) continue;
+      FifoMemory& out = linkOf(other, me);
+      FifoMemory& in = linkOf(me, other);
+      for (int p = 0; p < kNumProtos; ++p) {
+        links[static_cast<size_t>(other)].send[p] = fifoView(out, p, &out.sendStep[p], g);
+        links[static_cast<size_t>(other)].recv[p] = fifoView(in, p, &in.recvStep[p], g);
+      }
+    }
+    comms_[static_cast<size_t>(me)]->peers = links.data();
   }
 }
 

@@ -21,7 +21,8 @@ struct EmuGeometry {
 };
 
 // Host memory for the FIFOs of nranks ranks in a ring 0 -> 1 -> ... -> nranks-1 -> 0 (or the
-// order given), wired the way a device communicator wires device memory.
+// order given) and of point-to-point links between every pair, wired the way a device
+// communicator wires device memory.
 class EmuClique {
  public:
   EmuClique(int nranks, const EmuGeometry& geometry, const std::vector<int>& ringOrder = {});
@@ -42,13 +43,16 @@ class EmuClique {
   std::vector<int32_t> ring_;
   std::vector<std::unique_ptr<Comm>> comms_;
   std::vector<std::unique_ptr<FifoMemory>> memory_;
+  std::vector<std::unique_ptr<FifoMemory>> peerMemory_;  // point-to-point links
+  std::vector<std::vector<Channel>> peers_;              // by rank, then peer
   std::vector<uint64_t> barriers_;
   std::vector<uint32_t> errors_;
   uint32_t abortFlag_ = 0;
 };
 
-// Runs one launch of one rank to completion on this thread plus comm->nchannels x
-// threadsPerBlock - 1 others; false when the launch's kernel key is unknown.
+// Runs one launch of one rank to completion on this thread plus (blocks x threadsPerBlock - 1)
+// others, blocks being comm->nchannels (point-to-point launches: nworks); false when the
+// launch's kernel key is unknown.
 bool emuRunLaunch(const Launch& launch, int threadsPerBlock);
 
 }  // namespace dev

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstring>
+#include <type_traits>
 
 #include "algorithms/ring_allgather.h"
 #include "algorithms/ring_allreduce.h"
@@ -124,6 +125,57 @@ CHORUS_HD bool runRing(const Comm& comm, const Work& w, int channel, Block& b) {
         ok = ringBroadcast(p, s);
       }
       break;
+    default:  // point-to-point works run in launches of their own (runP2p)
+      break;
+  }
+  p.finish();
+  return ok;
+}
+
+// The kernel that point-to-point launches run on: bytes, no reduction.
+template <class F, RedKind K>
+constexpr bool kP2pKernel = K == RedKind::kSum&& std::is_same<F, NativeFormat<uint8_t>>::value;
+
+// One point-to-point transfer of w.count bytes by this block: through the FIFO of the link to
+// or from w.peer in slot-sized steps, or a copy to this rank itself.
+template <class F, Proto P, class Block>
+CHORUS_HD bool runP2p(const Comm& comm, const Work& w, Block& b) {
+  const char* in = static_cast<const char*>(w.sendbuff);
+  char* out = static_cast<char*>(w.recvbuff);
+  if (w.coll == Coll::kCopy) {
+    if (in == out) return true;
+    const uint64_t n = w.count;
+    uint64_t begin = 0;
+    if (aligned16(in) && aligned16(out)) {
+      const uint64_t packs = n / 16;
+      for (uint64_t i = static_cast<uint64_t>(b.tid); i < packs;
+           i += static_cast<uint64_t>(b.nthreads)) {
+        uint64_t v[2];
+        load16(in + i * 16, v);
+        store16(out + i * 16, v);
+      }
+      begin = packs * 16;
+    }
+    for (uint64_t i = begin + static_cast<uint64_t>(b.tid); i < n;
+         i += static_cast<uint64_t>(b.nthreads))
+      out[i] = in[i];
+    return true;
+  }
+  // Only this transfer's direction: the other direction of the same link may run on another
+  // block at the same time, and each block writes back the step of the FIFO end it moved.
+  const Channel& link = comm.peers[w.peer];
+  Channel one;
+  if (w.coll == Coll::kSend) {
+    one.send[static_cast<int>(P)] = link.send[static_cast<int>(P)];
+  } else {
+    one.recv[static_cast<int>(P)] = link.recv[static_cast<int>(P)];
+  }
+  RingPrims<F, RedKind::kSum, P, Block> p(comm, one, in, out, typename F::Compute{}, b);
+  const uint64_t chunk = p.chunkElems();
+  bool ok = true;
+  for (uint64_t off = 0; ok && off < w.count; off += chunk) {
+    const uint64_t n = w.count - off < chunk ? w.count - off : chunk;
+    ok = w.coll == Coll::kSend ? p.send(off, n) : p.recv(off, n);
   }
   p.finish();
   return ok;
@@ -134,6 +186,19 @@ CHORUS_HD void runChannel(const Launch& launch, int channel, Block& b) {
   const Comm& comm = *launch.comm;
   if (b.tid == 0) b.shared->aborted = 0;
   b.sync();
+  if (launch.p2p != 0) {
+    if constexpr (kP2pKernel<F, K>) {
+      if (channel < launch.nworks) {
+        const Work& w = launch.works[channel];
+        if (w.proto == Proto::kLl) {
+          runP2p<F, Proto::kLl>(comm, w, b);
+        } else {
+          runP2p<F, Proto::kSimple>(comm, w, b);
+        }
+      }
+    }
+    return;
+  }
   for (int i = 0; i < launch.nworks; ++i) {
     const Work& w = launch.works[i];
     // Later works may read what earlier ones wrote on other channels.

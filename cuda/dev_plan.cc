@@ -187,5 +187,91 @@ Status encodeLaunches(const DeviceShape& shape, const Comm* comm, const DeviceCa
   return Status::ok();
 }
 
+Proto chooseP2pProto(const ProtoMask& protos, size_t bytes) {
+  // One block moves the transfer; each protocol's fixed cost once, then its rate.
+  double best = 0;
+  Proto chosen = Proto::kSimple;
+  bool found = false;
+  for (int p = 0; p < kNumProtos; ++p) {
+    if (!protos.allows(static_cast<Proto>(p))) continue;
+    const double us = kCost[p].stepUs + static_cast<double>(bytes) / (kCost[p].channelGBps * 1e3);
+    if (!found || us < best) {
+      best = us;
+      chosen = static_cast<Proto>(p);
+      found = true;
+    }
+  }
+  return chosen;
+}
+
+Status encodeP2pLaunches(const DeviceShape& shape, const Comm* comm, int rank, const DeviceP2p* ops,
+                         size_t n, std::vector<Launch>* out) {
+  const int nranks = shape.nranks;
+  if (rank < 0 || rank >= nranks)
+    return invalidArgument("rank %d is outside [0, %d)", rank, nranks);
+  // By distance: the sends to rank + d and the receives from rank - d, in call order.
+  std::vector<std::vector<const DeviceP2p*>> sends(static_cast<size_t>(nranks));
+  std::vector<std::vector<const DeviceP2p*>> recvs(static_cast<size_t>(nranks));
+  size_t rounds = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const DeviceP2p& op = ops[i];
+    if (op.peer < 0 || op.peer >= nranks)
+      return invalidArgument("rank %d: %s peer %d is outside [0, %d)", rank,
+                             op.isSend ? "send" : "receive", op.peer, nranks);
+    if (op.bytes == 0) continue;
+    const int d =
+        op.isSend ? (op.peer - rank + nranks) % nranks : (rank - op.peer + nranks) % nranks;
+    std::vector<const DeviceP2p*>& list = (op.isSend ? sends : recvs)[static_cast<size_t>(d)];
+    list.push_back(&op);
+    rounds = std::max(rounds, list.size());
+  }
+  if (sends[0].size() != recvs[0].size())
+    return invalidUsage(
+        "rank %d: %zu send(s) to itself but %zu receive(s) from itself in one group; each send "
+        "to itself needs a receive from itself of the same size",
+        rank, sends[0].size(), recvs[0].size());
+  for (size_t k = 0; k < sends[0].size(); ++k)
+    if (sends[0][k]->bytes != recvs[0][k]->bytes)
+      return invalidUsage(
+          "rank %d: send %zu to itself has %zu bytes but the matching receive %zu bytes", rank, k,
+          sends[0][k]->bytes, recvs[0][k]->bytes);
+  auto work = [&](const DeviceP2p& op, Coll coll) {
+    Work w;
+    w.count = op.bytes;
+    w.sendbuff = op.sendbuff;
+    w.recvbuff = op.recvbuff;
+    w.coll = coll;
+    w.proto = chooseP2pProto(shape.protos, op.bytes);
+    w.type = static_cast<uint8_t>(DataType::kUint8);
+    w.redKind = static_cast<uint8_t>(RedKind::kSum);
+    w.nchannels = 1;
+    w.peer = op.peer;
+    return w;
+  };
+  for (size_t k = 0; k < rounds; ++k)
+    for (int first = 0; first < nranks; first += kP2pDistancesPerLaunch) {
+      Launch l;
+      l.comm = comm;
+      l.p2p = 1;
+      l.nworks = 0;
+      for (int d = first; d < std::min(nranks, first + kP2pDistancesPerLaunch); ++d) {
+        const std::vector<const DeviceP2p*>& s = sends[static_cast<size_t>(d)];
+        const std::vector<const DeviceP2p*>& r = recvs[static_cast<size_t>(d)];
+        if (d == 0) {
+          if (k < s.size()) {
+            Work w = work(*s[k], Coll::kCopy);
+            w.recvbuff = r[k]->recvbuff;
+            l.works[l.nworks++] = w;
+          }
+          continue;
+        }
+        if (k < s.size()) l.works[l.nworks++] = work(*s[k], Coll::kSend);
+        if (k < r.size()) l.works[l.nworks++] = work(*r[k], Coll::kRecv);
+      }
+      if (l.nworks > 0) out->push_back(l);
+    }
+  return Status::ok();
+}
+
 }  // namespace dev
 }  // namespace chorus

@@ -75,5 +75,27 @@ size_t deviceCallBytes(const DeviceCall& call, int nranks);
 Status encodeLaunches(const DeviceShape& shape, const Comm* comm, const DeviceCall* calls, size_t n,
                       std::vector<Launch>* out);
 
+// One send or receive of a group on device buffers (bytes; the peers must post the same sizes,
+// as with NCCL).
+struct DeviceP2p {
+  bool isSend = false;
+  int peer = -1;
+  const void* sendbuff = nullptr;
+  void* recvbuff = nullptr;
+  size_t bytes = 0;
+};
+
+// The protocol of a transfer of `bytes`: both ends choose from the size alone, so they agree.
+Proto chooseP2pProto(const ProtoMask& protos, size_t bytes);
+
+// Appends the launches that run one group's sends and receives of `rank` to *out. The k-th
+// send to rank + d and the k-th receive from rank - d (mod nranks) go into launch (k, d / 4),
+// launches in that order: the peer puts the matching receive and send in the launch of the same
+// key, so every rank's launches meet their peers' in the same order and none can wait on a
+// later one. Within a launch each transfer has a block of its own. Sends to itself are paired
+// with receives from itself (same count and sizes, else an error) and become copies.
+Status encodeP2pLaunches(const DeviceShape& shape, const Comm* comm, int rank, const DeviceP2p* ops,
+                         size_t n, std::vector<Launch>* out);
+
 }  // namespace dev
 }  // namespace chorus

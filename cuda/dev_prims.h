@@ -144,8 +144,9 @@ class RingPrims {
 
   // Elements one slot holds.
   CHORUS_HD size_t chunkElems() const {
-    size_t bytes =
-        P == Proto::kLl ? send_.slotBytes / sizeof(LlLine) * kLlDataBytes : send_.slotBytes;
+    // A point-to-point transfer has only one of the two ends.
+    const uint32_t slot = send_.slotBytes != 0 ? send_.slotBytes : recv_.slotBytes;
+    size_t bytes = P == Proto::kLl ? slot / sizeof(LlLine) * kLlDataBytes : slot;
     return bytes / sizeof(S);
   }
 

@@ -13,7 +13,10 @@ namespace chorus {
 namespace dev {
 
 constexpr int kMaxChannels = 16;    // ring channels of a device communicator
-constexpr int kMaxLaunchWorks = 8;  // collectives one launch carries
+constexpr int kMaxLaunchWorks = 8;  // collectives (or point-to-point transfers) one launch carries
+// A point-to-point launch serves this many peer distances: a send and a receive block each
+// (the copy to itself, distance 0, one block).
+constexpr int kP2pDistancesPerLaunch = kMaxLaunchWorks / 2;
 constexpr int kBlockThreads = 256;  // threads of one channel's block
 
 enum class Proto : uint8_t {
@@ -29,6 +32,11 @@ enum class Coll : uint8_t {
   kReduceScatter = 2,
   kBroadcast = 3,
   kReduce = 4,
+  // Point-to-point transfers of bytes, one block each: to a peer, from a peer, and from this
+  // rank to itself (a send paired with a receive of the same group).
+  kSend = 5,
+  kRecv = 6,
+  kCopy = 7,
 };
 
 // One end of a connector FIFO of one protocol. The slots, tail and head live in the receiver's
@@ -60,6 +68,9 @@ struct Comm {
   uint64_t* barrier = nullptr;         // grid barrier between the works of a launch (only grows)
   const volatile uint32_t* abortFlag = nullptr;  // set by the host: stop waiting
   uint32_t* errorFlag = nullptr;  // set by a kernel that gave up (abort); read by the host
+  // By rank: send[] the FIFOs into that rank's memory for this rank's sends to it, recv[] this
+  // rank's FIFOs for its receives from it (null slots where no P2P link exists).
+  const Channel* peers = nullptr;
   Channel channels[kMaxChannels];
 };
 
@@ -76,13 +87,17 @@ struct Work {
   uint8_t redKind = 0;  // RedKind
   int16_t nchannels = 1;
   int16_t rootIndex = 0;  // broadcast/reduce: the root's ring position
+  int32_t peer = 0;       // send/receive: the other rank
 };
 
-// One kernel launch: the works run in order, all on the kernel chosen by (type, redKind) of the
-// first work.
+// One kernel launch, on the kernel chosen by (type, redKind) of the first work. Collectives:
+// comm->nchannels blocks run the works in order. Point-to-point (p2p set): nworks blocks,
+// block b runs works[b], all at once (a rank's sends and receives of a group progress
+// together; in order they could wait on each other across ranks).
 struct Launch {
   const Comm* comm = nullptr;
   int32_t nworks = 0;
+  int32_t p2p = 0;
   Work works[kMaxLaunchWorks];
 };
 

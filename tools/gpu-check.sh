@@ -104,7 +104,7 @@ build_start=$SECONDS
     targets=()
     if [ "${FULL_BUILD:-0}" != 1 ]; then
       for t in tools/chorusrun perf/all_reduce_perf perf/all_gather_perf perf/reduce_scatter_perf \
-        perf/broadcast_perf perf/sendrecv_perf perf/micro/device_reduce_bw \
+        perf/broadcast_perf perf/sendrecv_perf perf/alltoall_perf perf/micro/device_reduce_bw \
         tests/gpu/test_device_reduce tests/gpu/test_device_comm; do
         grep -q "^build $t: " "$BUILD/build.ninja" && targets+=("$t")
       done
@@ -203,27 +203,9 @@ if [ $built = 1 ]; then
       echo "     largest:  $(row "$OUT/all_reduce_perf-n$n.log" last)" | tee -a "$SUMMARY"
     fi
   done
-  # sendrecv on device communicators is not implemented yet: it must fail, and say why.
-  t=$(slot 30)
-  if [ "$t" -ge 10 ]; then
-    log="$OUT/sendrecv_perf-n2.log"
-    CHORUS_HOST_COMM=0 CUDA_VISIBLE_DEVICES=0 timeout -k 5 $((t + 5)) \
-      "$BUILD/tools/chorusrun" -n 2 --timeout "$t" "$BUILD/perf/sendrecv_perf" -b 1K -e 1M -f 8 \
-      -c 1 >"$log" 2>&1
-    rc=$?
-    msg=$(unprefixed "$log" | grep -m1 -iE 'not implemented|not supported' | cut -c1-200)
-    if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-      record FAIL sendrecv_perf-n2 "hung (killed after ${t}s) instead of refusing"
-    elif [ $rc -ne 0 ] && [ -n "$msg" ]; then
-      record PASS sendrecv_perf-n2 "refused as expected: $msg"
-    elif [ $rc -ne 0 ]; then
-      record FAIL sendrecv_perf-n2 "exit $rc, not the expected refusal: $(first_error "$log")"
-    else
-      record PASS sendrecv_perf-n2 "ran (device send/recv now supported): avg busbw $(avg_busbw "$log") GB/s"
-    fi
-  else
-    record SKIP sendrecv_perf-n2 "no time left"
-  fi
+  # Sends and receives on device buffers: one peer, then every peer.
+  run_perf 30 2 sendrecv_perf-n2 sendrecv_perf -b 8 -e 64M -f 8 -c 1
+  run_perf 30 4 alltoall_perf-n4 alltoall_perf -b 1K -e 64M -f 8 -c 1
   run_perf 45 2 all_reduce_perf-n2-all-types-ops all_reduce_perf -d all -o all -b 1K -e 1M -f 32 -c 1
   for n in 1 2 4; do
     for tool in all_gather_perf reduce_scatter_perf broadcast_perf; do

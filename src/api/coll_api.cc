@@ -250,8 +250,9 @@ Status checkPeer(int peer, int nranks, const char* fn) {
   return Status::ok();
 }
 
-P2pOp sendOp(int peer, const void* buf, size_t bytes) {
+P2pOp sendOp(int peer, const void* buf, size_t bytes, cudaStream_t stream) {
   P2pOp op;
+  op.stream = stream;
   op.isSend = true;
   op.peer = peer;
   op.sendbuff = buf;
@@ -259,8 +260,9 @@ P2pOp sendOp(int peer, const void* buf, size_t bytes) {
   return op;
 }
 
-P2pOp recvOp(int peer, void* buf, size_t bytes) {
+P2pOp recvOp(int peer, void* buf, size_t bytes, cudaStream_t stream) {
   P2pOp op;
+  op.stream = stream;
   op.peer = peer;
   op.recvbuff = buf;
   op.bytes = bytes;
@@ -271,7 +273,6 @@ P2pOp recvOp(int peer, void* buf, size_t bytes) {
 
 extern "C" ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype,
                                   int peer, ncclComm_t comm, cudaStream_t stream) {
-  (void)stream;
   return guarded(comm, "ncclSend", [&]() -> Status {
     const char* fn = "ncclSend";
     CollArgs a;
@@ -279,14 +280,13 @@ extern "C" ncclResult_t pncclSend(const void* sendbuff, size_t count, ncclDataTy
     CHORUS_TRY(prepare(comm, fn, datatype, nullptr, nullptr, &a, &c));
     CHORUS_TRY(checkPeer(peer, c->nranks(), fn));
     CHORUS_TRY(checkBuffer(sendbuff, count, 1, datatype, "sendbuff", fn));
-    return runP2p(comm, *c, {sendOp(peer, sendbuff, count * dataTypeSize(a.type))});
+    return runP2p(comm, *c, {sendOp(peer, sendbuff, count * dataTypeSize(a.type), stream)});
   });
 }
 NCCL_ALIAS(ncclSend)
 
 extern "C" ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer,
                                   ncclComm_t comm, cudaStream_t stream) {
-  (void)stream;
   return guarded(comm, "ncclRecv", [&]() -> Status {
     const char* fn = "ncclRecv";
     CollArgs a;
@@ -294,7 +294,7 @@ extern "C" ncclResult_t pncclRecv(void* recvbuff, size_t count, ncclDataType_t d
     CHORUS_TRY(prepare(comm, fn, datatype, nullptr, nullptr, &a, &c));
     CHORUS_TRY(checkPeer(peer, c->nranks(), fn));
     CHORUS_TRY(checkBuffer(recvbuff, count, 1, datatype, "recvbuff", fn));
-    return runP2p(comm, *c, {recvOp(peer, recvbuff, count * dataTypeSize(a.type))});
+    return runP2p(comm, *c, {recvOp(peer, recvbuff, count * dataTypeSize(a.type), stream)});
   });
 }
 NCCL_ALIAS(ncclRecv)
@@ -302,7 +302,6 @@ NCCL_ALIAS(ncclRecv)
 extern "C" ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count,
                                       ncclDataType_t datatype, ncclComm_t comm,
                                       cudaStream_t stream) {
-  (void)stream;
   return guarded(comm, "ncclAlltoAll", [&]() -> Status {
     const char* fn = "ncclAlltoAll";
     CollArgs a;
@@ -312,12 +311,18 @@ extern "C" ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size
     CHORUS_TRY(checkBuffer(sendbuff, count, n, datatype, "sendbuff", fn));
     CHORUS_TRY(checkBuffer(recvbuff, count, n, datatype, "recvbuff", fn));
     size_t bytes = count * dataTypeSize(a.type);
-    // In place (one buffer) is fine: the executor sends overwritten blocks from a copy.
+    // In place (one buffer) is fine on host memory: the executor sends overwritten blocks from
+    // a copy. Device transfers run at once, each block read while the others are written.
+    if (!c->isHost() && sendbuff == recvbuff && n > 1 && bytes > 0)
+      return invalidUsage(
+          "%s: sendbuff == recvbuff (in place) is not supported on a device communicator; "
+          "pass a separate recvbuff",
+          fn);
     CHORUS_TRY(checkInPlaceOrDisjoint(sendbuff, bytes * n, recvbuff, bytes * n, recvbuff, fn));
     std::vector<P2pOp> ops;
     for (int p = 0; p < n; ++p) {
-      ops.push_back(sendOp(p, static_cast<const char*>(sendbuff) + bytes * p, bytes));
-      ops.push_back(recvOp(p, static_cast<char*>(recvbuff) + bytes * p, bytes));
+      ops.push_back(sendOp(p, static_cast<const char*>(sendbuff) + bytes * p, bytes, stream));
+      ops.push_back(recvOp(p, static_cast<char*>(recvbuff) + bytes * p, bytes, stream));
     }
     return runP2p(comm, *c, ops);
   });
@@ -327,7 +332,6 @@ NCCL_ALIAS(ncclAlltoAll)
 extern "C" ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t count,
                                     ncclDataType_t datatype, int root, ncclComm_t comm,
                                     cudaStream_t stream) {
-  (void)stream;
   return guarded(comm, "ncclGather", [&]() -> Status {
     const char* fn = "ncclGather";
     CollArgs a;
@@ -344,9 +348,9 @@ extern "C" ncclResult_t pncclGather(const void* sendbuff, void* recvbuff, size_t
       const char* mine = static_cast<const char*>(recvbuff) + bytes * root;
       CHORUS_TRY(checkInPlaceOrDisjoint(sendbuff, bytes, recvbuff, bytes * n, mine, fn));
       for (int p = 0; p < n; ++p)
-        ops.push_back(recvOp(p, static_cast<char*>(recvbuff) + bytes * p, bytes));
+        ops.push_back(recvOp(p, static_cast<char*>(recvbuff) + bytes * p, bytes, stream));
     }
-    ops.push_back(sendOp(root, sendbuff, bytes));
+    ops.push_back(sendOp(root, sendbuff, bytes, stream));
     return runP2p(comm, *c, ops);
   });
 }
@@ -355,7 +359,6 @@ NCCL_ALIAS(ncclGather)
 extern "C" ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_t count,
                                      ncclDataType_t datatype, int root, ncclComm_t comm,
                                      cudaStream_t stream) {
-  (void)stream;
   return guarded(comm, "ncclScatter", [&]() -> Status {
     const char* fn = "ncclScatter";
     CollArgs a;
@@ -372,9 +375,9 @@ extern "C" ncclResult_t pncclScatter(const void* sendbuff, void* recvbuff, size_
       const char* mine = static_cast<const char*>(sendbuff) + bytes * root;
       if (recvbuff != mine) CHORUS_TRY(checkOverlap(sendbuff, bytes * n, recvbuff, bytes, fn));
       for (int p = 0; p < n; ++p)
-        ops.push_back(sendOp(p, static_cast<const char*>(sendbuff) + bytes * p, bytes));
+        ops.push_back(sendOp(p, static_cast<const char*>(sendbuff) + bytes * p, bytes, stream));
     }
-    ops.push_back(recvOp(root, recvbuff, bytes));
+    ops.push_back(recvOp(root, recvbuff, bytes, stream));
     return runP2p(comm, *c, ops);
   });
 }

@@ -625,11 +625,7 @@ Status Communicator::connectP2p(const std::vector<P2pOp>& ops) {
 
 Status Communicator::p2p(const std::vector<P2pOp>& ops) {
   CHORUS_TRY(checkUsable());
-  if (device_)
-    return invalidUsage(
-        "rank %d: ncclSend/ncclRecv on a device communicator are not implemented in this "
-        "version of Chorus (collectives are)",
-        rank_);
+  if (device_) return runDeviceP2p(ops);
   Status s = connectP2p(ops);
   if (!s.isOk()) {
     std::string peers;

@@ -104,6 +104,7 @@ class Communicator final : public ErrorSink {
   // Device communicators: the FIFOs in GPU memory and the enqueue on the caller's stream.
   Status initDevice(const LocalTopology& topo);
   Status runDevice(const HostWork* works, size_t n);
+  Status runDeviceP2p(const std::vector<P2pOp>& ops);
   void logDecision(Collective coll, size_t bytes, const Decision& d);
   // shareDirections: a peer in both lists may get one connection for both directions.
   Status connectPairs(const std::vector<int>& recvFrom, const std::vector<int>& sendTo, int channel,

@@ -67,4 +67,30 @@ Status Communicator::runDevice(const HostWork* works, size_t n) {
   return Status::ok();
 }
 
+Status Communicator::runDeviceP2p(const std::vector<P2pOp>& ops) {
+  if (ops.empty()) return Status::ok();
+  // One group's transfers run as launches that meet the peers' launches in a fixed order
+  // (encodeP2pLaunches), so they share one stream.
+  void* stream = ops[0].stream;
+  std::vector<dev::DeviceP2p> list;
+  list.reserve(ops.size());
+  for (const P2pOp& op : ops) {
+    if (op.stream != stream)
+      return invalidUsage(
+          "rank %d: the sends and receives of one group on a device communicator must use one "
+          "stream; this group names stream %p and stream %p",
+          rank_, stream, op.stream);
+    dev::DeviceP2p d;
+    d.isSend = op.isSend;
+    d.peer = op.peer;
+    d.sendbuff = op.sendbuff;
+    d.recvbuff = op.recvbuff;
+    d.bytes = op.bytes;
+    list.push_back(d);
+  }
+  Status s = device_->enqueueP2p(list.data(), list.size(), stream);
+  if (!s.isOk()) return explain(s);
+  return s;
+}
+
 }  // namespace chorus

@@ -79,6 +79,7 @@ struct P2pOp {
   const void* sendbuff = nullptr;
   void* recvbuff = nullptr;
   size_t bytes = 0;
+  void* stream = nullptr;  // device communicators: the caller's cudaStream_t
 };
 
 // Connectors to one peer for point-to-point transfers, built when first needed.

@@ -76,6 +76,8 @@ double expectedAt(Coll coll, int nranks, int rank, int root, size_t count, size_
       return ref::inputValue(static_cast<int>(i / count), i % count, type, ref::kSum);
     case Coll::kBroadcast:
       return ref::inputValue(root, i, type, ref::kSum);
+    default:  // point-to-point: test_device_p2p_on_host.cc
+      break;
   }
   return 0;
 }

@@ -1,8 +1,9 @@
 // Device communicators through the NCCL API on a GPU: 1, 2 and 4 ranks sharing device 0 as
 // threads of this process (ncclCommInitAll), cudaMalloc buffers and a stream per rank; every
-// collective against the reference of the multi-rank tests, both protocols, group calls, a
-// PreMulSum scalar in device memory, and a CUDA graph captured once and replayed with new
-// inputs. Without a usable GPU the program exits 77 (skipped) and says why.
+// collective against the reference of the multi-rank tests, both protocols, group calls,
+// send/recv with all-to-all, gather and scatter, a PreMulSum scalar in device memory, and a CUDA
+// graph captured once and replayed with new inputs. Without a usable GPU the program exits 77
+// (skipped) and says why.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -175,6 +176,89 @@ INSTANTIATE_TEST_SUITE_P(RanksOnOneGpu, DeviceComm,
                                   (proto.empty() ? "auto" : proto);
                          });
 
+// The point-to-point calls: all-to-all, gather, scatter and a ring shift by send/recv in a
+// group, each block of bytes checked against the pattern its sender wrote.
+unsigned char patternByte(int src, int dst, size_t i) {
+  return static_cast<unsigned char>(src * 131 + dst * 31 + i * 13 + (i >> 8));
+}
+
+enum class P2pKind { kAllToAll, kGather, kScatter, kRingShift };
+
+void checkP2p(Clique& c, P2pKind kind, size_t bytes, int root) {
+  const int n = static_cast<int>(c.comms.size());
+  // Every rank's send buffer holds n blocks (block d for rank d), its receive buffer n blocks
+  // (block s from rank s); the calls use the blocks their pattern needs.
+  std::vector<std::unique_ptr<DeviceBuf>> in, out;
+  for (int r = 0; r < n; ++r) {
+    std::vector<unsigned char> host(bytes * n);
+    for (int d = 0; d < n; ++d)
+      for (size_t i = 0; i < bytes; ++i) host[bytes * d + i] = patternByte(r, d, i);
+    in.emplace_back(new DeviceBuf(bytes * n));
+    out.emplace_back(new DeviceBuf(bytes * n));
+    CUDA_OK(cudaMemcpy(in[r]->ptr, host.data(), host.size(), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(out[r]->ptr, 0xee, bytes * n));
+  }
+  auto block = [&](std::unique_ptr<DeviceBuf>& b, int k) {
+    return static_cast<char*>(b->ptr) + bytes * static_cast<size_t>(k);
+  };
+  NCCL_OK(ncclGroupStart());
+  for (int r = 0; r < n; ++r) {
+    ncclResult_t res = ncclSuccess;
+    switch (kind) {
+      case P2pKind::kAllToAll:
+        res = ncclAlltoAll(in[r]->ptr, out[r]->ptr, bytes, ncclUint8, c.comms[r], c.streams[r]);
+        break;
+      case P2pKind::kGather:
+        res = ncclGather(block(in[r], root), out[r]->ptr, bytes, ncclUint8, root, c.comms[r],
+                         c.streams[r]);
+        break;
+      case P2pKind::kScatter:
+        res = ncclScatter(in[r]->ptr, block(out[r], root), bytes, ncclUint8, root, c.comms[r],
+                          c.streams[r]);
+        break;
+      case P2pKind::kRingShift: {
+        const int next = (r + 1) % n, prev = (r + n - 1) % n;
+        res = ncclSend(block(in[r], next), bytes, ncclUint8, next, c.comms[r], c.streams[r]);
+        if (res == ncclSuccess)
+          res = ncclRecv(block(out[r], prev), bytes, ncclUint8, prev, c.comms[r], c.streams[r]);
+        break;
+      }
+    }
+    EXPECT_EQ(res, ncclSuccess) << ncclGetLastError(c.comms[r]);
+  }
+  NCCL_OK(ncclGroupEnd());
+  c.sync();
+  for (int r = 0; r < n; ++r) {
+    std::vector<unsigned char> host(bytes * n);
+    CUDA_OK(cudaMemcpy(host.data(), out[r]->ptr, host.size(), cudaMemcpyDeviceToHost));
+    for (int s = 0; s < n; ++s) {
+      bool expected = kind == P2pKind::kAllToAll || (kind == P2pKind::kGather && r == root) ||
+                      (kind == P2pKind::kScatter && s == root) ||
+                      (kind == P2pKind::kRingShift && s == (r + n - 1) % n);
+      if (!expected) continue;
+      // Scatter: rank r's block arrives at offset root (where the call put recvbuff).
+      const size_t at = kind == P2pKind::kScatter ? static_cast<size_t>(root) : s;
+      size_t wrong = 0;
+      for (size_t i = 0; i < bytes; ++i)
+        if (host[bytes * at + i] != patternByte(s, r, i) && wrong++ < 3)
+          ADD_FAILURE() << "rank " << r << " from " << s << " byte " << i;
+      EXPECT_EQ(wrong, 0u) << "kind " << static_cast<int>(kind) << ", " << n << " ranks, " << bytes
+                           << " bytes, rank " << r << " from " << s;
+    }
+  }
+}
+
+TEST_P(DeviceComm, SendRecvAllToAllGatherScatter) {
+  Clique c(std::get<0>(GetParam()));
+  const int n = std::get<0>(GetParam());
+  for (size_t bytes : {size_t{1}, size_t{4099}, size_t{3} << 20}) {
+    checkP2p(c, P2pKind::kAllToAll, bytes, 0);
+    checkP2p(c, P2pKind::kGather, bytes, n - 1);
+    checkP2p(c, P2pKind::kScatter, bytes, n / 2);
+    checkP2p(c, P2pKind::kRingShift, bytes, 0);
+  }
+}
+
 // An all-reduce captured in a CUDA graph on every rank's stream, replayed with new inputs:
 // nothing in the launch may depend on state the host advanced at capture.
 TEST(DeviceCommGraph, CapturedAllReduceReplaysCorrectly) {
@@ -234,6 +318,16 @@ TEST(DeviceCommErrors, SharedGpuOnTheDefaultStreamIsRefused) {
   ncclResult_t res = ncclAllReduce(buf.ptr, buf.ptr, 16, ncclFloat32, ncclSum, c.comms[0], 0);
   EXPECT_EQ(res, ncclInvalidUsage);
   EXPECT_NE(std::string(ncclGetLastError(c.comms[0])).find("stream each"), std::string::npos)
+      << ncclGetLastError(c.comms[0]);
+}
+
+// In-place all-to-all would read blocks while other blocks overwrite them: refused.
+TEST(DeviceCommErrors, InPlaceAllToAllIsRefused) {
+  Clique c(2);
+  DeviceBuf buf(1024);
+  ncclResult_t res = ncclAlltoAll(buf.ptr, buf.ptr, 16, ncclFloat32, c.comms[0], c.streams[0]);
+  EXPECT_EQ(res, ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(c.comms[0])).find("in place"), std::string::npos)
       << ncclGetLastError(c.comms[0]);
 }
 

@@ -1,0 +1,354 @@
+// Sends and receives on device communicators, proven on the CPU: the schedule that turns one
+// group's transfers into launches (encodeP2pLaunches), and those launches run by the CPU twin
+// of the kernel on every rank at once: all-to-all, gather and scatter patterns, several
+// transfers to one peer in one group, transfers larger than the FIFO both ways at once, groups
+// one after another, and a receiver that never comes stopped by abort. Every received byte is
+// checked against the pattern its sender wrote; a schedule that could deadlock is caught by a
+// watchdog that aborts the clique and fails the test.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda/dev_emulator.h"
+#include "cuda/dev_plan.h"
+
+namespace chorus {
+namespace dev {
+namespace {
+
+DeviceShape shapeOf(int nranks) {
+  DeviceShape s;
+  s.nranks = nranks;
+  return s;
+}
+
+DeviceP2p sendTo(int peer, const void* buf, size_t bytes) {
+  DeviceP2p op;
+  op.isSend = true;
+  op.peer = peer;
+  op.sendbuff = buf;
+  op.bytes = bytes;
+  return op;
+}
+
+DeviceP2p recvFrom(int peer, void* buf, size_t bytes) {
+  DeviceP2p op;
+  op.peer = peer;
+  op.recvbuff = buf;
+  op.bytes = bytes;
+  return op;
+}
+
+TEST(EncodeP2p, AllToAllOfEightRanksTakesTwoLaunches) {
+  const int n = 8, me = 3;
+  std::vector<char> send(64 * n), recv(64 * n);
+  std::vector<DeviceP2p> ops;
+  for (int p = 0; p < n; ++p) {
+    ops.push_back(sendTo(p, send.data() + 64 * p, 64));
+    ops.push_back(recvFrom(p, recv.data() + 64 * p, 64));
+  }
+  std::vector<Launch> launches;
+  ASSERT_TRUE(encodeP2pLaunches(shapeOf(n), nullptr, me, ops.data(), ops.size(), &launches).isOk());
+  ASSERT_EQ(launches.size(), 2u);
+  // Distances 0..3: the copy to itself, then a send and a receive per distance.
+  ASSERT_EQ(launches[0].nworks, 7);
+  ASSERT_EQ(launches[1].nworks, 8);
+  const Work& copy = launches[0].works[0];
+  EXPECT_EQ(copy.coll, Coll::kCopy);
+  EXPECT_EQ(copy.sendbuff, send.data() + 64 * me);
+  EXPECT_EQ(copy.recvbuff, recv.data() + 64 * me);
+  int sends = 0, recvs = 0;
+  for (const Launch& l : launches) {
+    EXPECT_EQ(l.p2p, 1);
+    for (int i = 0; i < l.nworks; ++i) {
+      const Work& w = l.works[i];
+      EXPECT_EQ(w.type, static_cast<uint8_t>(DataType::kUint8));
+      EXPECT_EQ(w.redKind, static_cast<uint8_t>(RedKind::kSum));
+      EXPECT_EQ(w.count, 64u);
+      if (w.coll == Coll::kSend) {
+        ++sends;
+        EXPECT_EQ(w.sendbuff, send.data() + 64 * w.peer);
+      } else if (w.coll == Coll::kRecv) {
+        ++recvs;
+        EXPECT_EQ(w.recvbuff, recv.data() + 64 * w.peer);
+      }
+    }
+  }
+  EXPECT_EQ(sends, n - 1);
+  EXPECT_EQ(recvs, n - 1);
+  // Launch 0 holds distances 1..3: sends to 4, 5, 6 and receives from 2, 1, 0.
+  for (int i = 1; i < 7; ++i) {
+    const Work& w = launches[0].works[i];
+    const int d = w.coll == Coll::kSend ? (w.peer - me + n) % n : (me - w.peer + n) % n;
+    EXPECT_GE(d, 1);
+    EXPECT_LE(d, 3);
+  }
+}
+
+TEST(EncodeP2p, SecondTransferToAPeerGoesIntoALaterLaunch) {
+  char a[8], b[8];
+  std::vector<DeviceP2p> ops = {sendTo(1, a, 8), sendTo(1, b, 8)};
+  std::vector<Launch> launches;
+  ASSERT_TRUE(encodeP2pLaunches(shapeOf(2), nullptr, 0, ops.data(), ops.size(), &launches).isOk());
+  ASSERT_EQ(launches.size(), 2u) << "one FIFO per peer: transfers to it go one after another";
+  EXPECT_EQ(launches[0].works[0].sendbuff, a);
+  EXPECT_EQ(launches[1].works[0].sendbuff, b);
+}
+
+TEST(EncodeP2p, ProtocolFollowsTheSizeAndTheOverride) {
+  ProtoMask both;
+  EXPECT_EQ(chooseP2pProto(both, 64), Proto::kLl);
+  EXPECT_EQ(chooseP2pProto(both, 4 << 20), Proto::kSimple);
+  Result<ProtoMask> simple = parseProtoList("Simple", "NCCL_PROTO=Simple");
+  ASSERT_TRUE(simple.isOk());
+  EXPECT_EQ(chooseP2pProto(simple.value(), 64), Proto::kSimple);
+  Result<ProtoMask> ll = parseProtoList("LL", "NCCL_PROTO=LL");
+  ASSERT_TRUE(ll.isOk());
+  EXPECT_EQ(chooseP2pProto(ll.value(), 4 << 20), Proto::kLl);
+}
+
+TEST(EncodeP2p, BadGroupsAreRefusedWithReasons) {
+  char a[16], b[16];
+  std::vector<Launch> launches;
+  std::vector<DeviceP2p> ops = {sendTo(0, a, 16)};
+  Status s = encodeP2pLaunches(shapeOf(2), nullptr, 0, ops.data(), ops.size(), &launches);
+  EXPECT_EQ(s.code(), Code::kInvalidUsage);
+  EXPECT_NE(s.message().find("itself"), std::string::npos) << s.message();
+  ops = {sendTo(0, a, 16), recvFrom(0, b, 8)};
+  s = encodeP2pLaunches(shapeOf(2), nullptr, 0, ops.data(), ops.size(), &launches);
+  EXPECT_EQ(s.code(), Code::kInvalidUsage);
+  EXPECT_NE(s.message().find("16 bytes"), std::string::npos) << s.message();
+  ops = {sendTo(2, a, 16)};
+  s = encodeP2pLaunches(shapeOf(2), nullptr, 0, ops.data(), ops.size(), &launches);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("peer 2"), std::string::npos) << s.message();
+  EXPECT_TRUE(launches.empty());
+  ops = {sendTo(1, a, 0), recvFrom(1, b, 0)};
+  ASSERT_TRUE(encodeP2pLaunches(shapeOf(2), nullptr, 0, ops.data(), ops.size(), &launches).isOk());
+  EXPECT_TRUE(launches.empty()) << "empty transfers launch nothing";
+}
+
+// The byte at offset i of the k-th transfer from src to dst.
+unsigned char pattern(int src, int dst, int k, size_t i) {
+  return static_cast<unsigned char>(src * 131 + dst * 31 + k * 7 + i * 13 + (i >> 8));
+}
+
+// One transfer of a test: from src to dst, the k-th between them in its group.
+struct Transfer {
+  int src, dst;
+  size_t bytes;
+  size_t sendOffset, recvOffset;  // into the ranks' buffers (unaligned ones on purpose)
+};
+
+struct Group {
+  std::vector<Transfer> transfers;
+};
+
+// Runs groups one after another on every rank of a clique, each rank's launches on its own
+// thread, then checks every received byte. A watchdog aborts the clique if the ranks have not
+// finished in time (a schedule that deadlocks fails instead of hanging).
+void runGroups(int nranks, const std::vector<Group>& groups, int threadsPerBlock,
+               const EmuGeometry& g = EmuGeometry(), const ProtoMask& protos = ProtoMask()) {
+  EmuClique clique(nranks, g);
+  DeviceShape shape = shapeOf(nranks);
+  shape.protos = protos;
+  struct Buffers {
+    std::vector<unsigned char> send, recv;
+  };
+  // Per group and rank.
+  std::vector<std::vector<Buffers>> bufs(groups.size(), std::vector<Buffers>(nranks));
+  std::vector<std::vector<std::vector<Launch>>> launches(groups.size(),
+                                                         std::vector<std::vector<Launch>>(nranks));
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    std::vector<std::vector<DeviceP2p>> ops(nranks);
+    std::vector<std::vector<int>> sentTo(nranks, std::vector<int>(nranks, 0));
+    for (int r = 0; r < nranks; ++r) {
+      size_t sendBytes = 16, recvBytes = 16;
+      for (const Transfer& t : groups[gi].transfers) {
+        if (t.src == r) sendBytes = std::max(sendBytes, t.sendOffset + t.bytes);
+        if (t.dst == r) recvBytes = std::max(recvBytes, t.recvOffset + t.bytes);
+      }
+      bufs[gi][r].send.assign(sendBytes, 0);
+      bufs[gi][r].recv.assign(recvBytes, 0xee);
+    }
+    for (const Transfer& t : groups[gi].transfers) {
+      const int k = sentTo[t.src][t.dst]++;
+      unsigned char* src = bufs[gi][t.src].send.data() + t.sendOffset;
+      for (size_t i = 0; i < t.bytes; ++i) src[i] = pattern(t.src, t.dst, k, i);
+      ops[t.src].push_back(sendTo(t.dst, src, t.bytes));
+      ops[t.dst].push_back(recvFrom(t.src, bufs[gi][t.dst].recv.data() + t.recvOffset, t.bytes));
+    }
+    for (int r = 0; r < nranks; ++r) {
+      Status s = encodeP2pLaunches(shape, clique.comm(r), r, ops[r].data(), ops[r].size(),
+                                   &launches[gi][r]);
+      ASSERT_TRUE(s.isOk()) << s.message();
+    }
+  }
+  std::atomic<int> running{nranks};
+  std::vector<int> ok(nranks, 1);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < nranks; ++r)
+    ranks.emplace_back([&, r] {
+      for (size_t gi = 0; gi < groups.size(); ++gi)
+        for (const Launch& l : launches[gi][r])
+          if (!emuRunLaunch(l, threadsPerBlock)) ok[r] = 0;
+      std::lock_guard<std::mutex> lock(mu);
+      --running;
+      cv.notify_all();
+    });
+  bool finished;
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    finished = cv.wait_for(lock, std::chrono::seconds(120), [&] { return running.load() == 0; });
+  }
+  if (!finished) clique.abort();
+  for (std::thread& t : ranks) t.join();
+  ASSERT_TRUE(finished) << "the ranks did not finish: the schedule waits in a cycle";
+  for (int r = 0; r < nranks; ++r) {
+    ASSERT_TRUE(ok[r]) << "rank " << r << ": no kernel for a launch";
+    ASSERT_EQ(clique.comm(r)->errorFlag[0], 0u) << "rank " << r;
+  }
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    std::vector<std::vector<int>> seen(nranks, std::vector<int>(nranks, 0));
+    for (const Transfer& t : groups[gi].transfers) {
+      const int k = seen[t.src][t.dst]++;
+      const unsigned char* got = bufs[gi][t.dst].recv.data() + t.recvOffset;
+      size_t wrong = 0;
+      for (size_t i = 0; i < t.bytes; ++i)
+        if (got[i] != pattern(t.src, t.dst, k, i) && wrong++ < 3)
+          ADD_FAILURE() << "group " << gi << ": " << t.src << " -> " << t.dst << " #" << k
+                        << " byte " << i << ": " << int(got[i]) << ", expected "
+                        << int(pattern(t.src, t.dst, k, i));
+      EXPECT_EQ(wrong, 0u) << "group " << gi << ": " << t.src << " -> " << t.dst << " #" << k
+                           << " of " << t.bytes << " bytes";
+    }
+  }
+}
+
+// All-to-all of `bytes` per pair, blocks laid out as ncclAlltoAll lays them out.
+Group allToAll(int nranks, size_t bytes) {
+  Group g;
+  for (int s = 0; s < nranks; ++s)
+    for (int d = 0; d < nranks; ++d)
+      g.transfers.push_back(Transfer{s, d, bytes, bytes * d, bytes * s});
+  return g;
+}
+
+class AllToAllOnHost : public ::testing::TestWithParam<std::tuple<int, Proto>> {};
+
+// Sizes below a line, across LL and Simple slots, and past the whole FIFO; every rank count
+// up to 6 (two launches per group from 5 ranks on).
+TEST_P(AllToAllOnHost, EverySizeMatches) {
+  const int nranks = std::get<0>(GetParam());
+  ProtoMask protos;
+  protos.bits = 1u << static_cast<int>(std::get<1>(GetParam()));
+  std::vector<Group> groups;
+  for (size_t bytes : {size_t{1}, size_t{24}, size_t{1000}, size_t{4096 * 5 + 3}})
+    groups.push_back(allToAll(nranks, bytes));
+  runGroups(nranks, groups, 1, EmuGeometry(), protos);
+}
+
+INSTANTIATE_TEST_SUITE_P(RanksAndProtocols, AllToAllOnHost,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 5, 6),
+                                            ::testing::Values(Proto::kLl, Proto::kSimple)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, Proto>>& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" +
+                                  (std::get<1>(info.param) == Proto::kLl ? "LL" : "Simple");
+                         });
+
+TEST(P2pOnHost, GatherAndScatterPatterns) {
+  const int n = 4, root = 2;
+  const size_t bytes = 3000;
+  Group gather, scatter;
+  for (int r = 0; r < n; ++r) {
+    gather.transfers.push_back(Transfer{r, root, bytes, 0, bytes * r});
+    scatter.transfers.push_back(Transfer{root, r, bytes, bytes * r, 0});
+  }
+  runGroups(n, {gather, scatter, gather}, 2);
+}
+
+// Transfers larger than the FIFO in both directions of a pair at once: in one block after
+// another they would wait on each other.
+TEST(P2pOnHost, ExchangeLargerThanTheFifoBothWays) {
+  EmuGeometry g;  // Simple FIFO: 4 slots of 4096 bytes
+  Group x;
+  x.transfers.push_back(Transfer{0, 1, 100000, 0, 0});
+  x.transfers.push_back(Transfer{1, 0, 100000, 0, 0});
+  runGroups(2, {x}, 2, g);
+  // A ring shift of every rank at once, on unaligned buffers.
+  Group ring;
+  for (int r = 0; r < 4; ++r) ring.transfers.push_back(Transfer{r, (r + 1) % 4, 50001, 3, 5});
+  runGroups(4, {ring, ring}, 3, g);
+}
+
+// Several transfers between the same two ranks in one group arrive in call order.
+TEST(P2pOnHost, TransfersToOnePeerKeepTheirOrder) {
+  Group grp;
+  size_t off = 0;
+  for (size_t bytes : {size_t{10}, size_t{70000}, size_t{1}, size_t{5000}}) {
+    grp.transfers.push_back(Transfer{0, 1, bytes, off, off});
+    grp.transfers.push_back(Transfer{1, 0, bytes, off, off});
+    off += bytes;
+  }
+  runGroups(2, {grp}, 2);
+}
+
+// Random groups of matched transfers (any pairs, repeats, self copies), one after another, so
+// that the FIFO steps of every link carry over from group to group.
+TEST(P2pOnHost, RandomGroupsOneAfterAnother) {
+  std::mt19937 rng(1234);
+  for (int nranks : {3, 5}) {
+    std::vector<Group> groups;
+    for (int gi = 0; gi < 6; ++gi) {
+      Group grp;
+      std::vector<size_t> sendUsed(nranks, 0), recvUsed(nranks, 0);
+      const int transfers = 1 + static_cast<int>(rng() % 12);
+      for (int t = 0; t < transfers; ++t) {
+        const int s = static_cast<int>(rng() % nranks), d = static_cast<int>(rng() % nranks);
+        const size_t sizes[] = {1, 7, 64, 333, 4096, 9000, 40000};
+        const size_t bytes = sizes[rng() % 7];
+        grp.transfers.push_back(Transfer{s, d, bytes, sendUsed[s] + 1, recvUsed[d] + 1});
+        sendUsed[s] += bytes + 1;
+        recvUsed[d] += bytes + 1;
+      }
+      groups.push_back(grp);
+    }
+    runGroups(nranks, groups, 2);
+  }
+}
+
+// A send whose receiver never launches waits until the communicator is aborted, then stops
+// and flags the error.
+TEST(P2pOnHost, AbortStopsASendNoOneReceives) {
+  for (Proto p : {Proto::kLl, Proto::kSimple}) {
+    EmuClique clique(2, EmuGeometry());
+    std::vector<char> data(200000, 1);
+    DeviceShape shape = shapeOf(2);
+    shape.protos.bits = 1u << static_cast<int>(p);
+    DeviceP2p op = sendTo(1, data.data(), data.size());
+    std::vector<Launch> launches;
+    ASSERT_TRUE(encodeP2pLaunches(shape, clique.comm(0), 0, &op, 1, &launches).isOk());
+    ASSERT_EQ(launches.size(), 1u);
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      clique.abort();
+    });
+    ASSERT_TRUE(emuRunLaunch(launches[0], 2));
+    stopper.join();
+    EXPECT_EQ(clique.comm(0)->errorFlag[0], 1u);
+  }
+}
+
+}  // namespace
+}  // namespace dev
+}  // namespace chorus
