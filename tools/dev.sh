@@ -19,7 +19,7 @@ BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-2}
 
 packages=(meson ninja-build pkg-config g++ libhwloc-dev libibverbs-dev googletest libgtest-dev
-          libbenchmark-dev)
+          libbenchmark-dev python3-numpy python3-pytest python3-torch)
 
 install_packages() {
   local missing=()
