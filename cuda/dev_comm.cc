@@ -2,7 +2,10 @@
 // ring channels in its GPU's memory and describes them to its ring predecessor, which maps them
 // (a device pointer within one process, a CUDA IPC handle across processes) and writes into
 // them; likewise one receive FIFO per other rank for point-to-point transfers, each in an
-// allocation of its own (an IPC handle is opened once, by the one process that writes into it).
+// allocation of its own (an IPC handle is opened once, by the one process that writes into it;
+// allocations another process maps are whole 2 MiB granules). A rank whose set-up fails still
+// takes part in every exchange, and init ends with all ranks agreeing, so none waits for one
+// that gave up.
 // The steps of each FIFO end and the grid barrier live in the rank's own device memory, the
 // abort and error flags in mapped pinned host memory.
 #include <cuda_runtime_api.h>
@@ -87,15 +90,71 @@ struct RegionInfo {
   RegionLayout layout;
   uint64_t address;  // valid in the owner's process
   cudaIpcMemHandle_t ipc;
+  int32_t usable;  // 0: the owner has none to offer (no link, or its set-up failed)
 };
 
 // What a rank tells each other rank about its receive FIFO for that rank's sends: the region,
 // or why there is none (the receiver decides, so both ends agree).
 struct P2pLinkInfo {
   RegionInfo region;
-  int32_t linked;
   char reason[160];
 };
+
+// What each rank reports at the end of init: whether its set-up succeeded (else why not), and
+// the first rank whose point-to-point link into it is missing (-1: none; reason: why).
+struct SetupVerdict {
+  int32_t ok;
+  int32_t noLinkFrom;
+  char reason[480];
+
+  // A failure naming rank r when it reported one (as this rank received it).
+  Status check(int self, int r) {
+    reason[sizeof reason - 1] = 0;
+    if (ok != 0) return Status::ok();
+    return remoteError("rank %d: rank %d could not set up its device communicator (%s)", self, r,
+                       reason);
+  }
+};
+
+// The first failure of a set-up step whose rank still takes part in the exchanges after it.
+class SetupFailure {
+ public:
+  bool ok() const { return status_.isOk(); }
+  const Status& status() const { return status_; }
+  // Keeps the first failure; true when s is a success.
+  bool note(const Status& s) {
+    if (!s.isOk() && status_.isOk()) status_ = s;
+    return s.isOk();
+  }
+  bool cuda(cudaError_t err, const std::string& what) {
+    if (err == cudaSuccess) return true;
+    cudaGetLastError();
+    return note(cudaFailure(err, what));
+  }
+  SetupVerdict verdict() const {
+    SetupVerdict v{};
+    v.ok = ok() ? 1 : 0;
+    v.noLinkFrom = -1;
+    if (!ok()) snprintf(v.reason, sizeof v.reason, "%s", status_.message().c_str());
+    return v;
+  }
+
+ private:
+  Status status_;
+};
+
+bool isP2p(DevicePathKind k) {
+  return k == DevicePathKind::kP2pSameGpu || k == DevicePathKind::kP2pNvlink ||
+         k == DevicePathKind::kP2pPcie;
+}
+
+// Bytes to allocate for a region: whole 2 MiB granules when another process maps it, since a
+// CUDA IPC handle maps the granules an allocation lies in, which a small allocation may share
+// with others of its process.
+size_t allocationBytes(size_t bytes, bool exported) {
+  constexpr size_t kGranule = size_t(2) << 20;
+  return exported ? (bytes + kGranule - 1) / kGranule * kGranule : bytes;
+}
 
 class CudaDeviceComm final : public DeviceComm {
  public:
@@ -123,7 +182,21 @@ class CudaDeviceComm final : public DeviceComm {
   void release();
   // The point-to-point links to every other rank; fills peersHost_.
   Status connectPeers(const DeviceCommSetup& s, const std::vector<DeviceEndpoint>& ends,
-                      const RegionLayout& layout, cudaStream_t setup);
+                      const RegionLayout& layout, cudaStream_t setup, SetupFailure* local);
+  // Maps a peer's region (its device pointer within this process, else its IPC handle).
+  void mapRegion(const DeviceEndpoint& me, const RegionInfo& theirs, int owner, const char* what,
+                 SetupFailure* local, char** mapped, bool* ipc);
+  // The end of init on every rank: fails all when one failed; notes missing links.
+  Status agree(const DeviceCommSetup& s, const SetupFailure& local);
+  void warnCrossContext() {
+    if (warnedCrossContext_) return;
+    warnedCrossContext_ = true;
+    LOG_WARN(kSubsysInit,
+             "rank %d: shares its GPU with a rank of another process; without MPS the GPU runs "
+             "their kernels in turns, and each step between them may wait a time slice (run "
+             "the ranks of one GPU as threads of one process, or start MPS)",
+             rank_);
+  }
   Status checkStream(void* stream) const;
   // Queues launches on stream, after this communicator's earlier ones.
   Status launchAll(const std::vector<Launch>& launches, void* stream);
@@ -145,8 +218,10 @@ class CudaDeviceComm final : public DeviceComm {
   std::vector<char*> peerRecv_;
   std::vector<char*> peerSend_;
   std::vector<bool> peerSendIpc_;
-  std::vector<std::string> noSendLink_;
   std::vector<std::string> noRecvLink_;
+  // Why device sends and receives between ranks are refused (empty: they run).
+  std::string p2pRefusal_;
+  bool warnedCrossContext_ = false;
   std::vector<Channel> peersHost_;
   uint64_t* peerState_ = nullptr;  // steps of both ends, per peer and protocol
   Channel* peersDev_ = nullptr;
@@ -220,27 +295,49 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
   shape_ = s.shape;
   nchannels_ = std::max(1, std::min(s.nchannels, kMaxChannels));
   shape_.nchannels = nchannels_;
-  for (int p = 0; p < kNumProtos; ++p)
+  // A local failure does not end init at once: the peers wait on this rank's part of the
+  // exchanges below, so it still takes part in them (telling its peers it has nothing to
+  // offer), and at the end every rank learns whether all succeeded. No rank waits for one that
+  // gave up; each fails, naming the rank that could not go on.
+  SetupFailure local;
+  for (int p = 0; p < kNumProtos && local.ok(); ++p)
     if (s.slotBytes[p] < 256 || s.slotBytes[p] % 16 != 0 || s.nslots[p] < 2)
-      return invalidArgument(
+      local.note(invalidArgument(
           "rank %d: device FIFO slots of %u bytes x %u (%s) are not usable: slots hold whole "
           "16-byte lines, at least 256 bytes, and a FIFO at least 2 of them",
-          rank_, s.slotBytes[p], s.nslots[p], protoName(static_cast<Proto>(p)));
+          rank_, s.slotBytes[p], s.nslots[p], protoName(static_cast<Proto>(p))));
   Result<int> dev = currentDevice();
-  if (!dev.isOk()) return dev.status();
-  device_ = dev.value();
-  Result<int> blocksPerSm = loadedKernels(device_);
-  if (!blocksPerSm.isOk()) return blocksPerSm.status().withContext(formatString("rank %d", rank_));
-  CHORUS_CUDA_TRY(cudaEventCreateWithFlags(&lastLaunch_, cudaEventDisableTiming),
-                  "cudaEventCreateWithFlags");
-
-  // Who is where: every rank's GPU, for the transport to each ring neighbour.
+  if (local.note(dev.status())) device_ = dev.value();
+  int blocksPerSm = 0;
   char bus[32] = {};
-  CHORUS_CUDA_TRY(cudaDeviceGetPCIBusId(bus, sizeof bus, device_),
-                  formatString("rank %d: cudaDeviceGetPCIBusId(%d)", rank_, device_));
+  if (local.ok()) {
+    Result<int> loaded = loadedKernels(device_);
+    if (local.note(loaded.status().withContext(formatString("rank %d", rank_))))
+      blocksPerSm = loaded.value();
+  }
+  if (local.ok())
+    local.cuda(cudaEventCreateWithFlags(&lastLaunch_, cudaEventDisableTiming),
+               "cudaEventCreateWithFlags") &&
+        local.cuda(cudaDeviceGetPCIBusId(bus, sizeof bus, device_),
+                   formatString("rank %d: cudaDeviceGetPCIBusId(%d)", rank_, device_));
+
+  // Who is where: every rank's GPU, for the transport to each ring neighbour; and whether
+  // every rank got this far (all stop here, alike, if one did not).
+  struct Arrival {
+    DeviceEndpoint end;
+    SetupVerdict verdict;
+  };
+  std::vector<Arrival> arrivals(static_cast<size_t>(s.nranks));
+  Arrival& mine = arrivals[static_cast<size_t>(rank_)];
+  mine.end = makeDeviceEndpoint(s.hostId, getpid(), device_, bus);
+  mine.verdict = local.verdict();
+  CHORUS_TRY(s.bootstrap->allGather(arrivals.data(), sizeof(Arrival)));
+  if (!local.ok()) return local.status();
+  for (int r = 0; r < s.nranks; ++r)
+    CHORUS_TRY(arrivals[static_cast<size_t>(r)].verdict.check(rank_, r));
   std::vector<DeviceEndpoint> ends(static_cast<size_t>(s.nranks));
-  ends[static_cast<size_t>(rank_)] = makeDeviceEndpoint(s.hostId, getpid(), device_, bus);
-  CHORUS_TRY(s.bootstrap->allGather(ends.data(), sizeof(DeviceEndpoint)));
+  for (int r = 0; r < s.nranks; ++r)
+    ends[static_cast<size_t>(r)] = arrivals[static_cast<size_t>(r)].end;
   const DeviceEndpoint& me = ends[static_cast<size_t>(rank_)];
   // Ranks of this process on this GPU run their kernels at the same time and wait on each
   // other: all their blocks must fit on the GPU at once.
@@ -252,19 +349,19 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
       ++sameGpuHere;
   sharesGpuInProcess_ = sameGpuHere > 1;
   int sms = 0;
-  CHORUS_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_),
-                  "cudaDeviceGetAttribute");
-  const int resident = blocksPerSm.value() * sms;
+  if (local.ok())
+    local.cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_),
+               "cudaDeviceGetAttribute");
+  const int resident = blocksPerSm * sms;
   // A collective runs a block per channel, a group's sends and receives up to a block each.
   const int blocksEach = std::max(nchannels_, s.nranks > 1 ? kMaxLaunchWorks : 1);
-  if (resident < sameGpuHere * blocksEach)
-    return invalidUsage(
+  if (local.ok() && resident < sameGpuHere * blocksEach)
+    local.note(invalidUsage(
         "rank %d: %d ranks of this process share GPU %d and each runs up to %d blocks at once "
         "(%d channels, up to %d for sends and receives), but the GPU holds only %d "
         "collective-kernel blocks at once (%d per multiprocessor x %d); use fewer ranks per GPU%s",
-        rank_, sameGpuHere, device_, blocksEach, nchannels_, kMaxLaunchWorks, resident,
-        blocksPerSm.value(), sms,
-        nchannels_ > kMaxLaunchWorks ? " or lower CHORUS_DEVICE_CHANNELS" : "");
+        rank_, sameGpuHere, device_, blocksEach, nchannels_, kMaxLaunchWorks, resident, blocksPerSm,
+        sms, nchannels_ > kMaxLaunchWorks ? " or lower CHORUS_DEVICE_CHANNELS" : ""));
 
   const std::vector<int>& ring = *s.ringRanks;
   ringRanks_.assign(ring.begin(), ring.end());
@@ -274,15 +371,16 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
   const int prev = ring[static_cast<size_t>((pos + n - 1) % n)];
 
   // Flags the host raises and the kernels report through.
-  CHORUS_CUDA_TRY(cudaHostAlloc(reinterpret_cast<void**>(&abortHost_), 2 * kLine,
-                                cudaHostAllocMapped | cudaHostAllocPortable),
-                  formatString("rank %d: cudaHostAlloc of the abort flag", rank_));
-  std::memset(abortHost_, 0, 2 * kLine);
-  errorHost_ = abortHost_ + kLine / sizeof(uint32_t);
   void* abortDev = nullptr;
   void* errorDev = nullptr;
-  CHORUS_CUDA_TRY(cudaHostGetDevicePointer(&abortDev, abortHost_, 0), "cudaHostGetDevicePointer");
-  CHORUS_CUDA_TRY(cudaHostGetDevicePointer(&errorDev, errorHost_, 0), "cudaHostGetDevicePointer");
+  if (local.cuda(cudaHostAlloc(reinterpret_cast<void**>(&abortHost_), 2 * kLine,
+                               cudaHostAllocMapped | cudaHostAllocPortable),
+                 formatString("rank %d: cudaHostAlloc of the abort flag", rank_))) {
+    std::memset(abortHost_, 0, 2 * kLine);
+    errorHost_ = abortHost_ + kLine / sizeof(uint32_t);
+    local.cuda(cudaHostGetDevicePointer(&abortDev, abortHost_, 0), "cudaHostGetDevicePointer") &&
+        local.cuda(cudaHostGetDevicePointer(&errorDev, errorHost_, 0), "cudaHostGetDevicePointer");
+  }
 
   RegionLayout layout;
   layout.nchannels = static_cast<uint32_t>(nchannels_);
@@ -295,87 +393,73 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
   // Set-up copies go through a stream of their own: no wait for the device's other work (a
   // peer's kernel may be waiting for this very rank), and done before any kernel runs.
   cudaStream_t setup = nullptr;
-  CHORUS_CUDA_TRY(cudaStreamCreateWithFlags(&setup, cudaStreamNonBlocking),
-                  "cudaStreamCreateWithFlags");
+  local.cuda(cudaStreamCreateWithFlags(&setup, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
   struct StreamGuard {
     cudaStream_t s;
-    ~StreamGuard() { cudaStreamDestroy(s); }
+    ~StreamGuard() {
+      if (s != nullptr) cudaStreamDestroy(s);
+    }
   } setupGuard{setup};
-  CHORUS_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&state_), stateWords * sizeof(uint64_t)),
-                  formatString("rank %d: cudaMalloc of the FIFO state", rank_));
-  CHORUS_CUDA_TRY(cudaMemsetAsync(state_, 0, stateWords * sizeof(uint64_t), setup),
-                  "cudaMemsetAsync");
+  if (local.ok() &&
+      local.cuda(cudaMalloc(reinterpret_cast<void**>(&state_), stateWords * sizeof(uint64_t)),
+                 formatString("rank %d: cudaMalloc of the FIFO state", rank_)))
+    local.cuda(cudaMemsetAsync(state_, 0, stateWords * sizeof(uint64_t), setup), "cudaMemsetAsync");
   if (n > 1) {
-    CHORUS_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&recvRegion_), layout.totalBytes()),
-                    formatString("rank %d: cudaMalloc of %zu bytes of receive FIFOs", rank_,
-                                 layout.totalBytes()));
-    // Fresh LL lines must carry no step's flag, and counters start at zero.
-    CHORUS_CUDA_TRY(cudaMemsetAsync(recvRegion_, 0, layout.totalBytes(), setup), "cudaMemsetAsync");
-    CHORUS_CUDA_TRY(cudaStreamSynchronize(setup), "cudaStreamSynchronize");
+    // An IPC handle only for a predecessor in another process (IPC is missing on some
+    // platforms where threads of one process still work).
+    const DeviceEndpoint& before = ends[static_cast<size_t>(prev)];
+    const bool exported = before.pid != me.pid || before.hostId != me.hostId;
+    const size_t regionBytes = allocationBytes(layout.totalBytes(), exported);
+    if (local.ok() && local.cuda(cudaMalloc(reinterpret_cast<void**>(&recvRegion_), regionBytes),
+                                 formatString("rank %d: cudaMalloc of %zu bytes of receive FIFOs",
+                                              rank_, regionBytes)))
+      // Fresh LL lines must carry no step's flag, and counters start at zero.
+      local.cuda(cudaMemsetAsync(recvRegion_, 0, regionBytes, setup), "cudaMemsetAsync") &&
+          local.cuda(cudaStreamSynchronize(setup), "cudaStreamSynchronize");
 
     const DevicePath toNext =
         chooseDevicePath(*s.topo, me, ends[static_cast<size_t>(next)], s.paths);
     const DevicePath fromPrev =
         chooseDevicePath(*s.topo, ends[static_cast<size_t>(prev)], me, s.paths);
     for (const DevicePath* path : {&toNext, &fromPrev}) {
-      const bool p2p = path->kind == DevicePathKind::kP2pSameGpu ||
-                       path->kind == DevicePathKind::kP2pNvlink ||
-                       path->kind == DevicePathKind::kP2pPcie;
-      if (!p2p)
-        return invalidUsage(
+      if (!isP2p(path->kind)) {
+        local.note(invalidUsage(
             "rank %d: the ring needs the %s device transport to rank %d (%s), which this "
             "version of Chorus does not implement yet; device communicators run over P2P "
             "(ranks on one GPU, NVLink, or PCIe with peer access)",
-            rank_, devicePathName(path->kind), path == &toNext ? next : prev, path->reason.c_str());
-      if (path->crossContext)
-        LOG_WARN(kSubsysInit,
-                 "rank %d: shares its GPU with a rank of another process; without MPS the GPU "
-                 "runs their kernels in turns, and each ring step may wait a time slice (run "
-                 "the ranks of one GPU as threads of one process, or start MPS)",
-                 rank_);
+            rank_, devicePathName(path->kind), path == &toNext ? next : prev,
+            path->reason.c_str()));
+      } else if (path->crossContext) {
+        warnCrossContext();
+      }
     }
 
     RegionInfo mine{};
     mine.owner = me;
     mine.layout = layout;
     mine.address = reinterpret_cast<uint64_t>(recvRegion_);
-    // An IPC handle only for a predecessor in another process (IPC is missing on some
-    // platforms where threads of one process still work).
-    const DeviceEndpoint& before = ends[static_cast<size_t>(prev)];
-    if (before.pid != me.pid || before.hostId != me.hostId)
-      CHORUS_CUDA_TRY(cudaIpcGetMemHandle(&mine.ipc, recvRegion_),
-                      formatString("rank %d: cudaIpcGetMemHandle", rank_));
+    if (local.ok() && exported)
+      local.cuda(cudaIpcGetMemHandle(&mine.ipc, recvRegion_),
+                 formatString("rank %d: cudaIpcGetMemHandle", rank_));
+    mine.usable = local.ok() ? 1 : 0;
     RegionInfo theirs;
     CHORUS_TRY(s.bootstrap->send(prev, kTagDeviceRing, &mine, sizeof mine));
     CHORUS_TRY(s.bootstrap->recv(next, kTagDeviceRing, &theirs, sizeof theirs));
-    if (!(theirs.layout == layout))
-      return invalidUsage(
-          "rank %d: rank %d uses other device FIFO sizes (channels, CHORUS_BUFFSIZE or "
-          "CHORUS_STEPS differ between the ranks); set them alike on every rank",
-          rank_, next);
-    if (theirs.owner.pid == me.pid && theirs.owner.hostId == me.hostId) {
-      if (theirs.owner.cudaDev != device_) {
-        cudaError_t e = cudaDeviceEnablePeerAccess(theirs.owner.cudaDev, 0);
-        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
-          return cudaFailure(e, formatString("rank %d: cudaDeviceEnablePeerAccess(%d)", rank_,
-                                             theirs.owner.cudaDev));
-        cudaGetLastError();
-      }
-      sendRegion_ = reinterpret_cast<char*>(theirs.address);
-    } else {
-      void* mapped = nullptr;
-      CHORUS_CUDA_TRY(
-          cudaIpcOpenMemHandle(&mapped, theirs.ipc, cudaIpcMemLazyEnablePeerAccess),
-          formatString("rank %d: cudaIpcOpenMemHandle of rank %d's FIFOs", rank_, next));
-      sendRegion_ = static_cast<char*>(mapped);
-      sendRegionIpc_ = true;
+    if (local.ok() && theirs.usable != 0) {
+      if (!(theirs.layout == layout))
+        local.note(invalidUsage(
+            "rank %d: rank %d uses other device FIFO sizes (channels, CHORUS_BUFFSIZE or "
+            "CHORUS_STEPS differ between the ranks); set them alike on every rank",
+            rank_, next));
+      else
+        mapRegion(me, theirs, next, "FIFOs", &local, &sendRegion_, &sendRegionIpc_);
     }
     description_ = formatString("rank %d (GPU %d): to rank %d %s (%s), from rank %d %s", rank_,
                                 device_, next, devicePathName(toNext.kind), toNext.reason.c_str(),
                                 prev, devicePathName(fromPrev.kind));
     RegionLayout linkLayout = layout;
     linkLayout.nchannels = 1;
-    CHORUS_TRY(connectPeers(s, ends, linkLayout, setup));
+    CHORUS_TRY(connectPeers(s, ends, linkLayout, setup, &local));
   } else {
     description_ = formatString("rank %d (GPU %d): alone", rank_, device_);
   }
@@ -385,124 +469,147 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
   host.nranks = n;
   host.ringIndex = pos;
   host.nchannels = nchannels_;
-  CHORUS_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&ringRanksDev_), sizeof(int32_t) * n),
-                  "cudaMalloc");
-  CHORUS_CUDA_TRY(cudaMemcpyAsync(ringRanksDev_, ringRanks_.data(), sizeof(int32_t) * n,
-                                  cudaMemcpyHostToDevice, setup),
-                  "cudaMemcpyAsync");
-  host.ringRanks = ringRanksDev_;
-  host.barrier = state_ + stateWords - 1;
   host.abortFlag = static_cast<const volatile uint32_t*>(abortDev);
   host.errorFlag = static_cast<uint32_t*>(errorDev);
-  if (n > 1) {
-    CHORUS_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&peersDev_), sizeof(Channel) * n),
-                    "cudaMalloc");
-    CHORUS_CUDA_TRY(cudaMemcpyAsync(peersDev_, peersHost_.data(), sizeof(Channel) * n,
-                                    cudaMemcpyHostToDevice, setup),
-                    "cudaMemcpyAsync");
-    host.peers = peersDev_;
+  if (local.ok()) {
+    host.barrier = state_ + stateWords - 1;
+    for (int c = 0; c < nchannels_ && n > 1; ++c)
+      for (int p = 0; p < kNumProtos; ++p) {
+        uint64_t* steps = state_ + (static_cast<size_t>(c) * kNumProtos + p) * 2;
+        host.channels[c].send[p] = layout.fifo(sendRegion_, c, p, steps);
+        host.channels[c].recv[p] = layout.fifo(recvRegion_, c, p, steps + 1);
+      }
+    if (local.cuda(cudaMalloc(reinterpret_cast<void**>(&ringRanksDev_), sizeof(int32_t) * n),
+                   "cudaMalloc") &&
+        local.cuda(cudaMemcpyAsync(ringRanksDev_, ringRanks_.data(), sizeof(int32_t) * n,
+                                   cudaMemcpyHostToDevice, setup),
+                   "cudaMemcpyAsync"))
+      host.ringRanks = ringRanksDev_;
   }
-  for (int c = 0; c < nchannels_ && n > 1; ++c)
-    for (int p = 0; p < kNumProtos; ++p) {
-      uint64_t* steps = state_ + (static_cast<size_t>(c) * kNumProtos + p) * 2;
-      host.channels[c].send[p] = layout.fifo(sendRegion_, c, p, steps);
-      host.channels[c].recv[p] = layout.fifo(recvRegion_, c, p, steps + 1);
-    }
-  CHORUS_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&commDev_), sizeof(Comm)), "cudaMalloc");
-  CHORUS_CUDA_TRY(cudaMemcpyAsync(commDev_, &host, sizeof(Comm), cudaMemcpyHostToDevice, setup),
-                  "cudaMemcpyAsync");
-  CHORUS_CUDA_TRY(cudaStreamSynchronize(setup), "cudaStreamSynchronize");
+  if (local.ok() && n > 1 &&
+      local.cuda(cudaMalloc(reinterpret_cast<void**>(&peersDev_), sizeof(Channel) * n),
+                 "cudaMalloc") &&
+      local.cuda(cudaMemcpyAsync(peersDev_, peersHost_.data(), sizeof(Channel) * n,
+                                 cudaMemcpyHostToDevice, setup),
+                 "cudaMemcpyAsync"))
+    host.peers = peersDev_;
+  if (local.ok() &&
+      local.cuda(cudaMalloc(reinterpret_cast<void**>(&commDev_), sizeof(Comm)), "cudaMalloc"))
+    local.cuda(cudaMemcpyAsync(commDev_, &host, sizeof(Comm), cudaMemcpyHostToDevice, setup),
+               "cudaMemcpyAsync") &&
+        local.cuda(cudaStreamSynchronize(setup), "cudaStreamSynchronize");
+  // The agreement is also the barrier after which kernels run: every rank has mapped its
+  // successor's FIFOs before any kernel writes into them.
+  if (n > 1) CHORUS_TRY(agree(s, local));
+  if (!local.ok()) return local.status();
   shape_.ringRanks = ringRanks_.data();
   shape_.nranks = n;
-  // Every rank has mapped its successor's FIFOs before any kernel writes into them.
-  CHORUS_TRY(s.bootstrap->barrier());
   LOG_INFO(kSubsysInit, "%s; %d channels", description_.c_str(), nchannels_);
+  return Status::ok();
+}
+
+Status CudaDeviceComm::agree(const DeviceCommSetup& s, const SetupFailure& local) {
+  const int n = s.nranks;
+  // Whether every rank got this far, and which point-to-point links into it are missing.
+  std::vector<SetupVerdict> verdicts(static_cast<size_t>(n));
+  SetupVerdict& mine = verdicts[static_cast<size_t>(rank_)];
+  mine = local.verdict();
+  for (int p = 0; p < n && local.ok() && mine.noLinkFrom < 0; ++p)
+    if (!noRecvLink_[static_cast<size_t>(p)].empty()) {
+      mine.noLinkFrom = p;
+      snprintf(mine.reason, sizeof mine.reason, "%s", noRecvLink_[static_cast<size_t>(p)].c_str());
+    }
+  CHORUS_TRY(s.bootstrap->allGather(verdicts.data(), sizeof(SetupVerdict)));
+  if (!local.ok()) return Status::ok();  // the caller returns its own failure
+  for (int r = 0; r < n; ++r) CHORUS_TRY(verdicts[static_cast<size_t>(r)].check(rank_, r));
+  // One missing link anywhere and no rank runs device sends and receives between ranks: the
+  // transfers of a group involve ranks that cannot know what the others were refused, so they
+  // are refused alike everywhere rather than leave some waiting.
+  for (int r = 0; r < n && p2pRefusal_.empty(); ++r) {
+    const SetupVerdict& v = verdicts[static_cast<size_t>(r)];
+    if (v.noLinkFrom >= 0)
+      p2pRefusal_ =
+          formatString("rank %d to rank %d has no P2P link (%s)", v.noLinkFrom, r, v.reason);
+  }
+  if (!p2pRefusal_.empty())
+    LOG_WARN(kSubsysInit,
+             "rank %d: device sends and receives between ranks will be refused: %s, a device "
+             "transport this version of Chorus does not implement yet",
+             rank_, p2pRefusal_.c_str());
   return Status::ok();
 }
 
 Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
                                     const std::vector<DeviceEndpoint>& ends,
-                                    const RegionLayout& layout, cudaStream_t setup) {
+                                    const RegionLayout& layout, cudaStream_t setup,
+                                    SetupFailure* local) {
   const int n = s.nranks;
   const DeviceEndpoint& me = ends[static_cast<size_t>(rank_)];
   peerRecv_.assign(static_cast<size_t>(n), nullptr);
   peerSend_.assign(static_cast<size_t>(n), nullptr);
   peerSendIpc_.assign(static_cast<size_t>(n), false);
-  noSendLink_.assign(static_cast<size_t>(n), "");
   noRecvLink_.assign(static_cast<size_t>(n), "");
   peersHost_.assign(static_cast<size_t>(n), Channel());
   // Per peer and protocol: the send step, the receive step.
   const size_t stateWords = static_cast<size_t>(n) * kNumProtos * 2;
-  CHORUS_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&peerState_), stateWords * sizeof(uint64_t)),
-                  formatString("rank %d: cudaMalloc of the point-to-point FIFO state", rank_));
-  CHORUS_CUDA_TRY(cudaMemsetAsync(peerState_, 0, stateWords * sizeof(uint64_t), setup),
-                  "cudaMemsetAsync");
-  // This rank decides each link into its own memory and tells the sender.
+  if (local->ok() &&
+      local->cuda(cudaMalloc(reinterpret_cast<void**>(&peerState_), stateWords * sizeof(uint64_t)),
+                  formatString("rank %d: cudaMalloc of the point-to-point FIFO state", rank_)))
+    local->cuda(cudaMemsetAsync(peerState_, 0, stateWords * sizeof(uint64_t), setup),
+                "cudaMemsetAsync");
+  // This rank decides each link into its own memory and tells the sender; after a local
+  // failure it offers none (the agreement at the end of init fails every rank).
   for (int p = 0; p < n; ++p) {
     if (p == rank_) continue;
     const DeviceEndpoint& peer = ends[static_cast<size_t>(p)];
     const DevicePath path = chooseDevicePath(*s.topo, peer, me, s.paths);
-    const bool p2p = path.kind == DevicePathKind::kP2pSameGpu ||
-                     path.kind == DevicePathKind::kP2pNvlink ||
-                     path.kind == DevicePathKind::kP2pPcie;
     P2pLinkInfo info{};
-    info.linked = p2p ? 1 : 0;
-    if (p2p) {
-      char* region = nullptr;
-      CHORUS_CUDA_TRY(cudaMalloc(reinterpret_cast<void**>(&region), layout.totalBytes()),
-                      formatString("rank %d: cudaMalloc of %zu bytes of receive FIFOs from rank %d",
-                                   rank_, layout.totalBytes(), p));
-      peerRecv_[static_cast<size_t>(p)] = region;
-      CHORUS_CUDA_TRY(cudaMemsetAsync(region, 0, layout.totalBytes(), setup), "cudaMemsetAsync");
-      info.region.owner = me;
-      info.region.layout = layout;
-      info.region.address = reinterpret_cast<uint64_t>(region);
-      if (peer.pid != me.pid || peer.hostId != me.hostId)
-        CHORUS_CUDA_TRY(cudaIpcGetMemHandle(&info.region.ipc, region),
-                        formatString("rank %d: cudaIpcGetMemHandle", rank_));
-    } else {
+    if (!isP2p(path.kind)) {
       snprintf(info.reason, sizeof info.reason, "%s: %s", devicePathName(path.kind),
                path.reason.c_str());
       noRecvLink_[static_cast<size_t>(p)] = info.reason;
+    } else if (local->ok()) {
+      if (path.crossContext) warnCrossContext();
+      const bool exported = peer.pid != me.pid || peer.hostId != me.hostId;
+      const size_t bytes = allocationBytes(layout.totalBytes(), exported);
+      char* region = nullptr;
+      if (local->cuda(cudaMalloc(reinterpret_cast<void**>(&region), bytes),
+                      formatString("rank %d: cudaMalloc of %zu bytes of receive FIFOs from "
+                                   "rank %d",
+                                   rank_, bytes, p))) {
+        peerRecv_[static_cast<size_t>(p)] = region;
+        info.region.owner = me;
+        info.region.layout = layout;
+        info.region.address = reinterpret_cast<uint64_t>(region);
+        if (local->cuda(cudaMemsetAsync(region, 0, bytes, setup), "cudaMemsetAsync") &&
+            (!exported || local->cuda(cudaIpcGetMemHandle(&info.region.ipc, region),
+                                      formatString("rank %d: cudaIpcGetMemHandle", rank_))))
+          info.region.usable = 1;
+      }
     }
     CHORUS_TRY(s.bootstrap->send(p, kTagDeviceP2p, &info, sizeof info));
   }
-  CHORUS_CUDA_TRY(cudaStreamSynchronize(setup), "cudaStreamSynchronize");
+  if (local->ok()) local->cuda(cudaStreamSynchronize(setup), "cudaStreamSynchronize");
   for (int p = 0; p < n; ++p) {
     if (p == rank_) continue;
     P2pLinkInfo theirs{};
     CHORUS_TRY(s.bootstrap->recv(p, kTagDeviceP2p, &theirs, sizeof theirs));
-    theirs.reason[sizeof theirs.reason - 1] = 0;
-    if (theirs.linked == 0) {
-      noSendLink_[static_cast<size_t>(p)] = theirs.reason;
-      continue;
-    }
-    if (!(theirs.region.layout == layout))
-      return invalidUsage(
+    // A link the receiver refused is reported by the receiver (init's agreement).
+    if (theirs.region.usable == 0 || !local->ok()) continue;
+    if (!(theirs.region.layout == layout)) {
+      local->note(invalidUsage(
           "rank %d: rank %d uses other device FIFO sizes (CHORUS_BUFFSIZE or CHORUS_STEPS differ "
           "between the ranks); set them alike on every rank",
-          rank_, p);
-    const DeviceEndpoint& owner = theirs.region.owner;
-    if (owner.pid == me.pid && owner.hostId == me.hostId) {
-      if (owner.cudaDev != device_) {
-        cudaError_t e = cudaDeviceEnablePeerAccess(owner.cudaDev, 0);
-        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled)
-          return cudaFailure(
-              e, formatString("rank %d: cudaDeviceEnablePeerAccess(%d)", rank_, owner.cudaDev));
-        cudaGetLastError();
-      }
-      peerSend_[static_cast<size_t>(p)] = reinterpret_cast<char*>(theirs.region.address);
-    } else {
-      void* mapped = nullptr;
-      CHORUS_CUDA_TRY(
-          cudaIpcOpenMemHandle(&mapped, theirs.region.ipc, cudaIpcMemLazyEnablePeerAccess),
-          formatString("rank %d: cudaIpcOpenMemHandle of rank %d's receive FIFO", rank_, p));
-      peerSend_[static_cast<size_t>(p)] = static_cast<char*>(mapped);
-      peerSendIpc_[static_cast<size_t>(p)] = true;
+          rank_, p));
+      continue;
     }
+    bool ipc = false;
+    mapRegion(me, theirs.region, p, "receive FIFO", local, &peerSend_[static_cast<size_t>(p)],
+              &ipc);
+    peerSendIpc_[static_cast<size_t>(p)] = ipc;
   }
   for (int p = 0; p < n; ++p)
-    for (int q = 0; q < kNumProtos; ++q) {
+    for (int q = 0; q < kNumProtos && peerState_ != nullptr; ++q) {
       uint64_t* steps = peerState_ + (static_cast<size_t>(p) * kNumProtos + q) * 2;
       Channel& link = peersHost_[static_cast<size_t>(p)];
       if (char* out = peerSend_[static_cast<size_t>(p)])
@@ -511,6 +618,31 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
         link.recv[q] = layout.fifo(in, 0, q, steps + 1);
     }
   return Status::ok();
+}
+
+void CudaDeviceComm::mapRegion(const DeviceEndpoint& me, const RegionInfo& theirs, int owner,
+                               const char* what, SetupFailure* local, char** mapped, bool* ipc) {
+  const DeviceEndpoint& o = theirs.owner;
+  if (o.pid == me.pid && o.hostId == me.hostId) {
+    if (o.cudaDev != device_) {
+      cudaError_t e = cudaDeviceEnablePeerAccess(o.cudaDev, 0);
+      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
+        local->cuda(e, formatString("rank %d: cudaDeviceEnablePeerAccess(%d)", rank_, o.cudaDev));
+        return;
+      }
+      cudaGetLastError();
+    }
+    *mapped = reinterpret_cast<char*>(theirs.address);
+    *ipc = false;
+    return;
+  }
+  void* p = nullptr;
+  if (local->cuda(
+          cudaIpcOpenMemHandle(&p, theirs.ipc, cudaIpcMemLazyEnablePeerAccess),
+          formatString("rank %d: cudaIpcOpenMemHandle of rank %d's %s", rank_, owner, what))) {
+    *mapped = static_cast<char*>(p);
+    *ipc = true;
+  }
 }
 
 Status CudaDeviceComm::launchAll(const std::vector<Launch>& launches, void* stream) {
@@ -567,16 +699,15 @@ Status CudaDeviceComm::enqueue(const DeviceCall* calls, size_t n, void* stream) 
 
 Status CudaDeviceComm::enqueueP2p(const DeviceP2p* ops, size_t n, void* stream) {
   CHORUS_TRY(checkStream(stream));
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < n && !p2pRefusal_.empty(); ++i) {
     const DeviceP2p& op = ops[i];
     if (op.peer < 0 || op.peer >= shape_.nranks || op.peer == rank_ || op.bytes == 0) continue;
-    const std::string& why = (op.isSend ? noSendLink_ : noRecvLink_)[static_cast<size_t>(op.peer)];
-    if (!why.empty())
-      return invalidUsage(
-          "rank %d: %s rank %d needs a device transport this version of Chorus does not "
-          "implement yet (%s); device sends and receives run over P2P (ranks on one GPU, "
-          "NVLink, or PCIe with peer access)",
-          rank_, op.isSend ? "ncclSend to" : "ncclRecv from", op.peer, why.c_str());
+    return invalidUsage(
+        "rank %d: %s rank %d: this communicator runs no device sends and receives between "
+        "ranks, since %s, which needs a device transport this version of Chorus does not "
+        "implement yet (sends and receives run over P2P: ranks on one GPU, NVLink, or PCIe "
+        "with peer access)",
+        rank_, op.isSend ? "ncclSend to" : "ncclRecv from", op.peer, p2pRefusal_.c_str());
   }
   std::vector<Launch> launches;
   CHORUS_TRY(encodeP2pLaunches(shape_, commDev_, rank_, ops, n, &launches));

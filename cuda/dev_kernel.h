@@ -172,6 +172,14 @@ CHORUS_HD bool runP2p(const Comm& comm, const Work& w, Block& b) {
   }
   RingPrims<F, RedKind::kSum, P, Block> p(comm, one, in, out, typename F::Compute{}, b);
   const uint64_t chunk = p.chunkElems();
+  if (chunk == 0) {
+    // No FIFO for this direction (the host refuses such a transfer before launching): report
+    // it rather than loop forever.
+    if (b.tid == 0 && comm.errorFlag != nullptr)
+      *static_cast<volatile uint32_t*>(comm.errorFlag) = 1;
+    p.finish();
+    return false;
+  }
   bool ok = true;
   for (uint64_t off = 0; ok && off < w.count; off += chunk) {
     const uint64_t n = w.count - off < chunk ? w.count - off : chunk;

@@ -201,7 +201,8 @@ Status run(const ReduceCopyArgs& args, const Target& target) {
   }
   Status result;
   if (withFormat(args.type, [&](auto format) {
-        result = runFormat<typename decltype(format)::Format>(args, target);
+        // (void): nvcc takes the assignment's Status& for a discarded [[nodiscard]] value.
+        static_cast<void>(result = runFormat<typename decltype(format)::Format>(args, target));
       }))
     return result;
   return invalidArgument("deviceReduceCopy: unknown data type %d", static_cast<int>(args.type));

@@ -1,5 +1,6 @@
 // chorusrun: start N ranks of a program on this host, wired up for a Chorus (or NCCL) rendezvous,
-// with each rank's output prefixed by its rank and the whole job torn down when one rank fails.
+// each rank's output relayed whole lines at a time (tagged with its rank on request) and the
+// whole job torn down when one rank fails.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -53,7 +54,9 @@ void usage(FILE* out) {
       "  --bind cpu|none      cpu (default): bind each rank to a block of the CPUs chorusrun\n"
       "                       may use, in rank order: C/N of them each for N ranks on C CPUs,\n"
       "                       one CPU shared by consecutive ranks when N > C; none: no binding\n"
-      "  --no-prefix          relay output lines without the \"[rank] \" prefix\n"
+      "  --tag-output         prefix each relayed output line with \"[rank] \" (by default\n"
+      "                       lines are relayed as the ranks wrote them, as mpirun does)\n"
+      "  --no-prefix          no prefix (the default)\n"
       "  -h, --help           show this help\n",
       static_cast<int>(kKillGrace.count()), kMaxRanks);
 }
@@ -65,7 +68,7 @@ void usage(FILE* out) {
 
 struct Options {
   int nranks = 0;
-  bool prefix = true;
+  bool prefix = false;
   double timeoutSec = 0;
   bool bind = true;
   std::vector<std::string> extraEnv;
@@ -113,6 +116,8 @@ Options parseOptions(int argc, char** argv) {
       if (end == v || *end != '\0' || !(t > 0))
         usageError(std::string("--timeout expects seconds > 0, got '") + v + "'");
       opt.timeoutSec = t;
+    } else if (arg == "--tag-output") {
+      opt.prefix = true;
     } else if (arg == "--no-prefix") {
       opt.prefix = false;
     } else if (arg == "--bind") {

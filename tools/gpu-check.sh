@@ -43,7 +43,7 @@ slot() {  # CAP
   if [ "$1" -lt "$left" ]; then echo "$1"; else echo "$left"; fi
 }
 
-# The perf tools' lines without chorusrun's "[rank] " prefix.
+# The perf tools' lines, without a "[rank] " prefix should chorusrun have been told to add one.
 unprefixed() { sed -E 's/^\[[0-9]+\] //' "$1"; }
 
 # "Avg bus bandwidth" of a perf log, in GB/s.

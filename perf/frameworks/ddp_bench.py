@@ -35,13 +35,30 @@ def worker(args):
     dist.init_process_group(args.backend)
     rank = dist.get_rank()
     torch.manual_seed(0)
-    layers = []
-    for i in range(args.layers):
-        layers += [torch.nn.Linear(args.width, args.width), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*layers)
+    if args.model == "mlp":
+        layers = []
+        for i in range(args.layers):
+            layers += [torch.nn.Linear(args.width, args.width), torch.nn.ReLU()]
+        model = torch.nn.Sequential(*layers)
+        x = torch.randn(args.batch, args.width)
+    else:
+        # An embedding table with dense gradients (as in recommendation and language models)
+        # feeding Linear layers: little arithmetic for many gradient bytes.
+        class Net(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.table = torch.nn.Embedding(args.vocab, args.width)
+                self.head = torch.nn.Sequential(*[
+                    m for _ in range(args.layers)
+                    for m in (torch.nn.Linear(args.width, args.width), torch.nn.ReLU())])
+
+            def forward(self, ids):
+                return self.head(self.table(ids).mean(dim=1))
+
+        model = Net()
+        x = torch.randint(0, args.vocab, (args.batch, 16))
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
-    x = torch.randn(args.batch, args.width)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     steps = []
     for i in range(args.warmup + args.steps):
@@ -73,6 +90,7 @@ def run(backend, args):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE=str(args.nranks), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), OMP_NUM_THREADS="1")
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--backend", backend,
+               "--model", args.model, "--vocab", str(args.vocab),
                "--width", str(args.width), "--layers", str(args.layers), "--batch",
                str(args.batch), "--steps", str(args.steps), "--warmup", str(args.warmup)]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True))
@@ -92,6 +110,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nranks", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--model", choices=["mlp", "embedding"], default="mlp",
+                    help="mlp: LAYERS x Linear(WIDTH, WIDTH); embedding: an Embedding(VOCAB, "
+                    "WIDTH) table with dense gradients, 16 ids a sample, before the LAYERS")
+    ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--layers", type=int, default=4, help="Linear(width, width) layers")
     ap.add_argument("--batch", type=int, default=32)
@@ -107,9 +129,11 @@ def main():
         for backend in ("gloo", "chorus"):
             rows[backend].append(run(backend, args))
     grad_mib = rows["chorus"][0][0] / 2**20
-    print("DDP, %d ranks, %d x Linear(%d, %d), batch %d, gradients %.1f MiB; %d rounds, "
-          "median of %d steps each" % (args.nranks, args.layers, args.width, args.width,
-                                       args.batch, grad_mib, args.rounds, args.steps))
+    model = "%d x Linear(%d, %d)" % (args.layers, args.width, args.width)
+    if args.model == "embedding":
+        model = "Embedding(%d, %d) + %s" % (args.vocab, args.width, model)
+    print("DDP, %d ranks, %s, batch %d, gradients %.1f MiB; %d rounds, median of %d steps "
+          "each" % (args.nranks, model, args.batch, grad_mib, args.rounds, args.steps))
     print("%-8s %14s %20s" % ("backend", "step (ms)", "all-reduce (ms)"))
     for b in ("gloo", "chorus"):
         print("%-8s %14.2f %20.2f" % (b, 1e3 * statistics.median(r[1] for r in rows[b]),

@@ -349,6 +349,27 @@ TEST(P2pOnHost, AbortStopsASendNoOneReceives) {
   }
 }
 
+// A transfer over a link with no FIFO (the host refuses those before launching) ends at once
+// with the error flag raised, in either direction, rather than spin.
+TEST(P2pOnHost, TransferWithoutALinkStopsAndFlagsTheError) {
+  for (bool isSend : {true, false}) {
+    EmuClique clique(2, EmuGeometry());
+    Comm comm = *clique.comm(0);
+    std::vector<Channel> none(2);
+    comm.peers = none.data();
+    uint32_t error = 0;
+    comm.errorFlag = &error;
+    std::vector<char> data(5000, 1);
+    DeviceP2p op =
+        isSend ? sendTo(1, data.data(), data.size()) : recvFrom(1, data.data(), data.size());
+    std::vector<Launch> launches;
+    ASSERT_TRUE(encodeP2pLaunches(shapeOf(2), &comm, 0, &op, 1, &launches).isOk());
+    ASSERT_EQ(launches.size(), 1u);
+    ASSERT_TRUE(emuRunLaunch(launches[0], 2));
+    EXPECT_EQ(error, 1u) << (isSend ? "send" : "recv");
+  }
+}
+
 }  // namespace
 }  // namespace dev
 }  // namespace chorus

@@ -34,8 +34,8 @@ check "CHORUS_ALGO=tree wins over the model in chorus-tune" \
 
 # TUNING log: sizes 8..15 step 1 share one size class, 16 and 32 are new ones; every size runs
 # warm-up and timed iterations, yet each class is logged once.
-CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=TUNING timeout 120 "$run" -n 2 "$perf" -b 8 -e 15 -i 1 \
-  -c 1 > "$tmp/log1.txt" 2>&1
+CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=TUNING timeout 120 "$run" -n 2 --tag-output "$perf" -b 8 \
+  -e 15 -i 1 -c 1 > "$tmp/log1.txt" 2>&1
 CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=TUNING timeout 120 "$run" -n 2 "$perf" -b 16 -e 32 -f 2 \
   -c 1 > "$tmp/log2.txt" 2>&1
 n8=$(grep -c 'AllReduce 8 B class' "$tmp/log1.txt")
@@ -48,6 +48,14 @@ check "TUNING lines give the choice and every alternative's prediction" \
 check "TUNING lines come from rank 0 only" \
   $(! grep -q '^\[1\].*AllReduce .* class' "$tmp/log1.txt"; echo $?)
 
+# chorusrun relays the ranks' lines as written (nccl-tests output parses as is); --tag-output
+# prefixes each with its rank.
+timeout 60 "$run" -n 2 sh -c 'echo "line of $CHORUS_RANK"' > "$tmp/plain.txt" 2>&1
+timeout 60 "$run" -n 2 --tag-output sh -c 'echo "line of $CHORUS_RANK"' > "$tmp/tagged.txt" 2>&1
+check "chorusrun relays lines unprefixed; --tag-output prefixes the rank" \
+  $([ "$(sort "$tmp/plain.txt" | tr '\n' ,)" = "line of 0,line of 1," ] \
+    && [ "$(sort "$tmp/tagged.txt" | tr '\n' ,)" = "[0] line of 0,[1] line of 1," ]; echo $?)
+
 # A bad override fails init, naming the variable.
 NCCL_ALGO=ringg timeout 120 "$run" -n 2 "$perf" -b 8 -e 8 > "$tmp/badinit.txt" 2>&1
 status=$?
@@ -59,7 +67,7 @@ check "CHORUS_SLOT_STREAM=2 fails the run (exit $status) naming the variable" \
   $([ $status -ne 0 ] && grep -q 'CHORUS_SLOT_STREAM=2 is not -1' "$tmp/badstream.txt"; echo $?)
 
 # chorus-topo --comm: the matrices, the ring and both trees of a 3-rank communicator.
-timeout 120 "$run" -n 3 "$topo" --comm > "$tmp/topo.txt" 2>&1
+timeout 120 "$run" -n 3 --tag-output "$topo" --comm > "$tmp/topo.txt" 2>&1
 check "chorus-topo --comm prints the ring and both trees" \
   $(grep -q 'ring (every channel): 0 1 2 ' "$tmp/topo.txt" && grep -q 'tree 0 ' "$tmp/topo.txt" \
     && grep -q 'tree 1 ' "$tmp/topo.txt" && grep -qE '^\[0\] r1 +SHM +X +SHM' "$tmp/topo.txt"; echo $?)
