@@ -205,6 +205,34 @@ class Communicator:
             os.environ["CHORUS_COMM_ID"] = "%s:%s" % (addr, port)
         return cls(rank, size, UniqueId())
 
+    @classmethod
+    def _adopt(cls, handle):
+        """A Communicator for a handle the library made (ncclCommSplit)."""
+        self = cls.__new__(cls)
+        self._handle = handle
+        self._ops = {}
+        value = ctypes.c_int()
+        check(lib.ncclCommUserRank(handle, ctypes.byref(value)), handle)
+        self.rank = value.value
+        check(lib.ncclCommCount(handle, ctypes.byref(value)), handle)
+        self.size = value.value
+        return self
+
+    def split(self, color, key=None):
+        """A new communicator of the ranks that pass the same color (ncclCommSplit: every rank
+        of this communicator calls it, in the same order as its other collectives). Ranks are
+        numbered by key, then by their rank here (key defaults to this rank). color=None: this
+        rank joins none and gets None."""
+        if color is not None and (isinstance(color, bool) or not isinstance(color, int) or color < 0):
+            raise InvalidArgumentError(4, "color %r must be an int >= 0, or None" % (color,))
+        if key is not None and (isinstance(key, bool) or not isinstance(key, int)):
+            raise InvalidArgumentError(4, "key %r must be an int" % (key,))
+        h = self._h()
+        out = ctypes.c_void_p()
+        check(lib.ncclCommSplit(h, -1 if color is None else color,
+                                self.rank if key is None else key, ctypes.byref(out), None), h)
+        return Communicator._adopt(out) if out.value else None
+
     # ---- lifetime ----
 
     def _h(self):

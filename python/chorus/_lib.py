@@ -101,6 +101,7 @@ _SIGNATURES = {
     "ncclGetVersion": [ctypes.POINTER(_i)],
     "ncclGetUniqueId": [ctypes.POINTER(UniqueIdStruct)],
     "chorusCommInitRankHost": [_comm_p, _i, UniqueIdStruct, _i, _p],
+    "ncclCommSplit": [_p, _i, _i, _comm_p, _p],
     "ncclCommDestroy": [_p],
     "ncclCommAbort": [_p],
     "ncclCommCount": [_p, ctypes.POINTER(_i)],

@@ -158,15 +158,25 @@ NCCL_ALIAS(ncclCommRevoke)
 
 extern "C" ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                        ncclConfig_t* config) {
-  (void)color;
-  (void)key;
-  (void)config;
   return guarded(comm, "ncclCommSplit", [&]() -> Status {
     Result<CommRef> c = usableComm(comm, "ncclCommSplit");
     if (!c.isOk()) return c.status();
     if (newcomm == nullptr) return invalidArgument("ncclCommSplit: newcomm is NULL");
     *newcomm = nullptr;
-    return notImplemented("ncclCommSplit");
+    if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
+      return invalidArgument(
+          "ncclCommSplit: color %d must be >= 0, or NCCL_SPLIT_NOCOLOR (%d) to join none", color,
+          NCCL_SPLIT_NOCOLOR);
+    // The new communicator keeps the parent's kind (host or device) unless config says.
+    Result<CommOptions> o = optionsFrom(config, c.value()->isHost());
+    if (!o.isOk()) return o.status().withContext("ncclCommSplit");
+    Result<Communicator::SplitPlan> plan = c.value()->planSplit(color, key);
+    if (!plan.isOk()) return plan.status();
+    if (plan.value().newRank < 0) return Status::ok();
+    ncclUniqueId id;
+    encodeUniqueId(plan.value().id, reinterpret_cast<unsigned char*>(id.internal));
+    return initOrDefer(newcomm,
+                       InitRequest{plan.value().newSize, plan.value().newRank, id, o.value()});
   });
 }
 NCCL_ALIAS(ncclCommSplit)

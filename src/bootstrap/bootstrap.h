@@ -36,6 +36,10 @@ Result<UniqueIdInfo> decodeUniqueId(const unsigned char in[kUniqueIdBytes]);
 // starts nothing (rank 0 hosts the root inside Bootstrap::init).
 Result<UniqueIdInfo> createUniqueId();
 
+// Like createUniqueId but always a new root of its own, whatever CHORUS_COMM_ID/NCCL_COMM_ID
+// say (for communicators made from others: ncclCommSplit).
+Result<UniqueIdInfo> createFreshUniqueId();
+
 // Like createUniqueId but ignores CHORUS_COMM_ID/NCCL_COMM_ID and listens on loopback: for
 // cliques that live inside one process (ncclCommInitAll).
 Result<UniqueIdInfo> createLocalUniqueId();

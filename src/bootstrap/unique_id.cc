@@ -137,6 +137,10 @@ Result<UniqueIdInfo> startRoot(Listener listener, const std::string& where) {
 
 Result<UniqueIdInfo> createUniqueId() {
   if (commIdFromEnvironment()) return uniqueIdFromEnvironment();
+  return createFreshUniqueId();
+}
+
+Result<UniqueIdInfo> createFreshUniqueId() {
   Result<std::vector<InterfaceAddress>> ifaces = findInterfaces();
   if (!ifaces.isOk()) return ifaces.status().withContext("ncclGetUniqueId");
   const InterfaceAddress& iface = ifaces.value().front();

@@ -682,6 +682,50 @@ Status Communicator::explain(const Status& failure) const {
   return failure;
 }
 
+Result<Communicator::SplitPlan> Communicator::planSplit(int color, int key) {
+  CHORUS_TRY(checkUsable());
+  struct Entry {
+    int32_t color;
+    int32_t key;
+  };
+  std::vector<Entry> entries(static_cast<size_t>(nranks_));
+  entries[static_cast<size_t>(rank_)] = Entry{color < 0 ? -1 : color, key};
+  CHORUS_TRY(bootstrap_->allGather(entries.data(), sizeof(Entry)).withContext("ncclCommSplit"));
+  SplitPlan plan;
+  std::vector<int> members;  // ranks here of this rank's color, in their new order
+  if (color >= 0) {
+    for (int r = 0; r < nranks_; ++r)
+      if (entries[static_cast<size_t>(r)].color == color) members.push_back(r);
+    std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+      return entries[static_cast<size_t>(a)].key < entries[static_cast<size_t>(b)].key;
+    });
+    plan.newSize = static_cast<int>(members.size());
+    plan.newRank =
+        static_cast<int>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  }
+  // The first rank of each new communicator makes its id; one more exchange hands it out.
+  std::vector<UniqueIdInfo> ids(static_cast<size_t>(nranks_));
+  std::memset(ids.data(), 0, ids.size() * sizeof(UniqueIdInfo));
+  Status made = Status::ok();
+  if (plan.newRank == 0) {
+    Result<UniqueIdInfo> id = createFreshUniqueId();
+    if (id.isOk())
+      ids[static_cast<size_t>(rank_)] = id.value();
+    else
+      made = id.status();  // the others learn of it from an empty id
+  }
+  CHORUS_TRY(bootstrap_->allGather(ids.data(), sizeof(UniqueIdInfo)).withContext("ncclCommSplit"));
+  CHORUS_TRY(made.withContext("ncclCommSplit: making the new communicator's unique id"));
+  if (plan.newRank < 0) return plan;
+  plan.id = ids[static_cast<size_t>(members.front())];
+  if (plan.id.magic == 0 && plan.id.secret == 0)
+    return remoteError(
+        "ncclCommSplit: rank %d, first of color %d, could not make the new "
+        "communicator's unique id (see its log)",
+        members.front(), color);
+  return plan;
+}
+
 Status Communicator::checkUsable() const {
   Status async = asyncError();
   if (!async.isOk()) return async;

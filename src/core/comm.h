@@ -82,6 +82,17 @@ class Communicator final : public ErrorSink {
   // Runs a group's point-to-point ops, connecting to new peers first.
   Status p2p(const std::vector<P2pOp>& ops);
 
+  // ncclCommSplit's exchange, which every rank of this communicator calls: the ranks passing
+  // one color (>= 0) learn their rank and the size of the new communicator (ordered by key,
+  // then by rank here) and get the unique id its first rank made; color < 0
+  // (NCCL_SPLIT_NOCOLOR) takes part and gets newRank -1.
+  struct SplitPlan {
+    int newRank = -1;
+    int newSize = 0;
+    UniqueIdInfo id{};
+  };
+  Result<SplitPlan> planSplit(int color, int key);
+
   // Fails when the communicator was aborted, finalized or hit an asynchronous error.
   Status checkUsable() const;
   Status asyncError() const;

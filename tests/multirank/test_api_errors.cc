@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -292,10 +293,79 @@ TEST(ApiErrors, PreMulSumOpsAreTiedToTheirType) {
 TEST(ApiErrors, UnimplementedEntryPointsSaySo) {
   SoloComm s;
   ncclComm_t child = nullptr;
-  EXPECT_EQ(ncclCommSplit(s.comm, 0, 0, &child, nullptr), ncclInvalidUsage);
-  EXPECT_NE(lastError(s.comm).find("ncclCommSplit is not implemented"), std::string::npos)
+  int exclude = 0;
+  EXPECT_EQ(ncclCommShrink(s.comm, &exclude, 1, &child, nullptr, NCCL_SHRINK_DEFAULT),
+            ncclInvalidUsage);
+  EXPECT_NE(lastError(s.comm).find("ncclCommShrink is not implemented"), std::string::npos)
       << lastError(s.comm);
   EXPECT_EQ(child, nullptr);
+}
+
+TEST(ApiErrors, SplitRefusesABadColorAndANullResult) {
+  SoloComm s;
+  ncclComm_t child = reinterpret_cast<ncclComm_t>(&s);
+  EXPECT_EQ(ncclCommSplit(s.comm, -5, 0, &child, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("color -5"), std::string::npos) << lastError(s.comm);
+  EXPECT_EQ(child, nullptr);
+  EXPECT_EQ(ncclCommSplit(s.comm, 0, 0, nullptr, nullptr), ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("newcomm"), std::string::npos) << lastError(s.comm);
+  // A split of one rank is a communicator of one rank.
+  ASSERT_EQ(ncclCommSplit(s.comm, 3, 0, &child, nullptr), ncclSuccess);
+  int n = 0, r = -1;
+  EXPECT_EQ(ncclCommCount(child, &n), ncclSuccess);
+  EXPECT_EQ(ncclCommUserRank(child, &r), ncclSuccess);
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(r, 0);
+  EXPECT_EQ(ncclCommDestroy(child), ncclSuccess);
+}
+
+// ncclCommSplit on 5 ranks, as threads and as processes (whose parent came from
+// CHORUS_COMM_ID: the children get rendezvous of their own): by rank mod 2 with keys reversing
+// the order, then with rank 0 joining none; each child's ranks talk only among themselves.
+TEST(Split, ByColorOrderedByKey) {
+  for (chorus_test::RankMode mode :
+       {chorus_test::RankMode::kThreads, chorus_test::RankMode::kProcesses}) {
+    SCOPED_TRACE(chorus_test::modeName(mode));
+    chorus_test::runRanks(5, mode, {}, [](int rank, int nranks, ncclComm_t& comm) {
+      ncclComm_t child = nullptr;
+      ASSERT_EQ(ncclCommSplit(comm, rank % 2, -rank, &child, nullptr), ncclSuccess);
+      ASSERT_NE(child, nullptr);
+      std::vector<int> members;  // the new order: descending rank
+      for (int r = nranks - 1; r >= 0; --r)
+        if (r % 2 == rank % 2) members.push_back(r);
+      int n = 0, r = -1;
+      EXPECT_EQ(ncclCommCount(child, &n), ncclSuccess);
+      EXPECT_EQ(ncclCommUserRank(child, &r), ncclSuccess);
+      EXPECT_EQ(n, static_cast<int>(members.size()));
+      EXPECT_EQ(
+          r, static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin()));
+      int64_t mine = rank + 1, sum = 0, first = -1;
+      EXPECT_EQ(ncclAllReduce(&mine, &sum, 1, ncclInt64, ncclSum, child, nullptr), ncclSuccess);
+      EXPECT_EQ(ncclBroadcast(&mine, &first, 1, ncclInt64, 0, child, nullptr), ncclSuccess);
+      int64_t want = 0;
+      for (int m : members) want += m + 1;
+      EXPECT_EQ(sum, want);
+      EXPECT_EQ(first, members.front() + 1);
+      EXPECT_EQ(ncclCommDestroy(child), ncclSuccess);
+
+      child = reinterpret_cast<ncclComm_t>(&comm);
+      ASSERT_EQ(ncclCommSplit(comm, rank == 0 ? NCCL_SPLIT_NOCOLOR : 0, 0, &child, nullptr),
+                ncclSuccess);
+      if (rank == 0) {
+        EXPECT_EQ(child, nullptr);
+      } else {
+        ASSERT_NE(child, nullptr);
+        float one = 1, total = 0;
+        EXPECT_EQ(ncclAllReduce(&one, &total, 1, ncclFloat, ncclSum, child, nullptr), ncclSuccess);
+        EXPECT_EQ(total, nranks - 1);
+        EXPECT_EQ(ncclCommDestroy(child), ncclSuccess);
+      }
+      // The parent still works.
+      float x = 1, y = 0;
+      EXPECT_EQ(ncclAllReduce(&x, &y, 1, ncclFloat, ncclSum, comm, nullptr), ncclSuccess);
+      EXPECT_EQ(y, nranks);
+    });
+  }
 }
 
 // A rank that never joins a collective: the other times out with a message naming the peer.

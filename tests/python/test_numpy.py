@@ -130,6 +130,49 @@ def test_send_recv_ring_in_a_group(comms):
         np.testing.assert_array_equal(out[r], data((r - 1) % n, 5000, np.float32))
 
 
+def test_split_by_parity_with_keys_reversing_the_order(comms):
+    n = len(comms)
+
+    def body(c):
+        sub = c.split(c.rank % 2, key=-c.rank)
+        members = sorted((r for r in range(n) if r % 2 == c.rank % 2), reverse=True)
+        try:
+            assert (sub.rank, sub.size) == (members.index(c.rank), len(members))
+            # Ranks of the new communicator talk only among themselves.
+            total = sub.all_reduce(np.array([c.rank], np.int64))
+            first = sub.broadcast(np.array([c.rank], np.int64), root=0)
+        finally:
+            sub.destroy()
+        return total[0], first[0]
+
+    out = run_ranks(comms, body)
+    for r in range(n):
+        members = [m for m in range(n) if m % 2 == r % 2]
+        assert out[r] == (sum(members), max(members))
+
+
+def test_split_without_a_color_gives_none(comms):
+    n = len(comms)
+
+    def body(c):
+        sub = c.split(None if c.rank == 0 else 7)
+        if sub is None:
+            return None
+        try:
+            return sub.size, sub.all_reduce(np.ones(3, np.float32))[0]
+        finally:
+            sub.destroy()
+
+    out = run_ranks(comms, body)
+    assert out[0] is None
+    for r in range(1, n):
+        assert out[r] == (n - 1, float(n - 1))
+    with pytest.raises(chorus.InvalidArgumentError, match="color"):
+        comms[0].split(-3)
+    with pytest.raises(chorus.InvalidArgumentError, match="key"):
+        comms[0].split(0, key="first")
+
+
 def bf16_bits(x):
     """float32 -> bfloat16 bits (round to nearest even), computed here independently."""
     b = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
