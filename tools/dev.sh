@@ -20,6 +20,10 @@ JOBS=${JOBS:-2}
 
 packages=(meson ninja-build pkg-config g++ libhwloc-dev libibverbs-dev googletest libgtest-dev
           libbenchmark-dev python3-numpy python3-pytest python3-torch)
+# The Rust bindings' tests need cargo: Debian's, unless a rustup toolchain is there.
+if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
+  packages+=(cargo)
+fi
 
 install_packages() {
   local missing=()
