@@ -185,7 +185,7 @@ class Communicator:
         """Rank and size from chorusrun (CHORUS_RANK/CHORUS_NRANKS), torchrun (RANK/WORLD_SIZE),
         Open MPI (OMPI_COMM_WORLD_RANK/SIZE), MPICH (PMI_RANK/PMI_SIZE) or Slurm
         (SLURM_PROCID/SLURM_NTASKS); the rendezvous from CHORUS_COMM_ID / NCCL_COMM_ID (host:port,
-        rank 0 listens there), else MASTER_ADDR:MASTER_PORT."""
+        rank 0 listens there), else MASTER_ADDR:(MASTER_PORT+1), beside torch's store."""
         rank, rank_var = _env_int(["CHORUS_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
                                    "SLURM_PROCID"])
         size, size_var = _env_int(["CHORUS_NRANKS", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE",
@@ -202,7 +202,13 @@ class Communicator:
                 raise _usage(
                     "no rendezvous address: set CHORUS_COMM_ID (host:port, where rank 0 listens) "
                     "or MASTER_ADDR and MASTER_PORT")
-            os.environ["CHORUS_COMM_ID"] = "%s:%s" % (addr, port)
+            try:
+                port = int(port)
+            except ValueError:
+                raise InvalidArgumentError(4, "MASTER_PORT=%r is not a port number" % port)
+            # The port above torch's: a torchrun job's store listens on MASTER_PORT itself (the
+            # perf tools do the same).
+            os.environ["CHORUS_COMM_ID"] = "%s:%d" % (addr, port + 1)
         return cls(rank, size, UniqueId())
 
     @classmethod

@@ -657,6 +657,33 @@ impl Comm {
         self.done(code, "ncclAllReduce")
     }
 
+    /// The pointer of a buffer that only `root` uses: given, it must hold `want.0` elements
+    /// (`want.1` says why); `root` must give it; the other ranks pass null to the library.
+    fn root_only(
+        &self,
+        call: &str,
+        name: &str,
+        buf: Option<(*mut c_void, usize)>,
+        want: (usize, &str),
+        root: usize,
+    ) -> Result<*mut c_void> {
+        match buf {
+            Some((p, len)) => {
+                check_len(call, name, len, want.0, want.1)?;
+                Ok(if root == self.rank {
+                    p
+                } else {
+                    ptr::null_mut()
+                })
+            }
+            None if root == self.rank => Err(Error::invalid_argument(format!(
+                "{}: {} is None on the root rank {}",
+                call, name, root
+            ))),
+            None => Ok(ptr::null_mut()),
+        }
+    }
+
     /// Copies `root`'s `buf` into `buf` on every other rank. All ranks pass the same length.
     pub fn broadcast<T: Element>(&self, buf: &mut [T], root: usize) -> Result<()> {
         let r = self.check_rank("broadcast", "root", root)?;
@@ -689,28 +716,18 @@ impl Comm {
     ) -> Result<()> {
         const CALL: &str = "reduce";
         let r = self.check_rank(CALL, "root", root)?;
-        let recv_ptr = match recv {
-            Some(buf) => {
-                check_len(CALL, "recv", buf.len(), send.len(), "send.len()")?;
-                buf.as_mut_ptr() as *mut c_void
-            }
-            None if root == self.rank => {
-                return Err(Error::invalid_argument(format!(
-                    "{}: recv is None on the root rank {}",
-                    CALL, root
-                )))
-            }
-            None => ptr::null_mut(),
-        };
+        let recv_ptr = self.root_only(
+            CALL,
+            "recv",
+            recv.map(|b| (b.as_mut_ptr().cast(), b.len())),
+            (send.len(), "send.len()"),
+            root,
+        )?;
         // SAFETY: send holds send.len() elements, recv (used on root only) as many.
         let code = unsafe {
             ffi::ncclReduce(
                 send.as_ptr().cast(),
-                if root == self.rank {
-                    recv_ptr
-                } else {
-                    ptr::null_mut()
-                },
+                recv_ptr,
                 send.len(),
                 T::DATA_TYPE.raw(),
                 op.raw(),
@@ -841,24 +858,13 @@ impl Comm {
         const CALL: &str = "gather";
         let r = self.check_rank(CALL, "root", root)?;
         let want = times_ranks(CALL, "send", send.len(), self.size)?;
-        let recv_ptr = match recv {
-            Some(buf) => {
-                check_len(CALL, "recv", buf.len(), want, "send.len() * size()")?;
-                buf.as_mut_ptr() as *mut c_void
-            }
-            None if root == self.rank => {
-                return Err(Error::invalid_argument(format!(
-                    "{}: recv is None on the root rank {}",
-                    CALL, root
-                )))
-            }
-            None => ptr::null_mut(),
-        };
-        let recv_ptr = if root == self.rank {
-            recv_ptr
-        } else {
-            ptr::null_mut()
-        };
+        let recv_ptr = self.root_only(
+            CALL,
+            "recv",
+            recv.map(|b| (b.as_mut_ptr().cast(), b.len())),
+            (want, "send.len() * size()"),
+            root,
+        )?;
         // SAFETY: send holds send.len() elements; root's recv holds size() such blocks.
         let code = unsafe {
             ffi::ncclGather(
@@ -887,28 +893,18 @@ impl Comm {
         const CALL: &str = "scatter";
         let r = self.check_rank(CALL, "root", root)?;
         let want = times_ranks(CALL, "recv", recv.len(), self.size)?;
-        let send_ptr = match send {
-            Some(buf) => {
-                check_len(CALL, "send", buf.len(), want, "recv.len() * size()")?;
-                buf.as_ptr().cast()
-            }
-            None if root == self.rank => {
-                return Err(Error::invalid_argument(format!(
-                    "{}: send is None on the root rank {}",
-                    CALL, root
-                )))
-            }
-            None => ptr::null(),
-        };
-        let send_ptr = if root == self.rank {
-            send_ptr
-        } else {
-            ptr::null()
-        };
+        // Only read through: the pointer is mutable for the helper's sake alone.
+        let send_ptr = self.root_only(
+            CALL,
+            "send",
+            send.map(|b| (b.as_ptr() as *mut c_void, b.len())),
+            (want, "recv.len() * size()"),
+            root,
+        )?;
         // SAFETY: recv holds recv.len() elements; root's send holds size() such blocks.
         let code = unsafe {
             ffi::ncclScatter(
-                send_ptr,
+                send_ptr as *const c_void,
                 recv.as_mut_ptr().cast(),
                 recv.len(),
                 T::DATA_TYPE.raw(),
