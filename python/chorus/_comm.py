@@ -239,6 +239,20 @@ class Communicator:
                                 self.rank if key is None else key, ctypes.byref(out), None), h)
         return Communicator._adopt(out) if out.value else None
 
+    def shrink(self, exclude, abort=False):
+        """A new communicator of the ranks not in `exclude` (ncclCommShrink: those ranks call
+        it with the same list; the excluded ones do not). Works on a communicator whose peer
+        failed; abort=True first stops whatever still waits in this one."""
+        try:
+            ranks = [int(r) for r in exclude]
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(4, "exclude %r must be a list of ranks" % (exclude,))
+        h = self._h()
+        arr = (ctypes.c_int * max(len(ranks), 1))(*ranks)
+        out = ctypes.c_void_p()
+        check(lib.ncclCommShrink(h, arr, len(ranks), ctypes.byref(out), None, 1 if abort else 0), h)
+        return Communicator._adopt(out)
+
     # ---- lifetime ----
 
     def _h(self):

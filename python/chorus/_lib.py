@@ -102,6 +102,7 @@ _SIGNATURES = {
     "ncclGetUniqueId": [ctypes.POINTER(UniqueIdStruct)],
     "chorusCommInitRankHost": [_comm_p, _i, UniqueIdStruct, _i, _p],
     "ncclCommSplit": [_p, _i, _i, _comm_p, _p],
+    "ncclCommShrink": [_p, ctypes.POINTER(_i), _i, _comm_p, _p, _i],
     "ncclCommDestroy": [_p],
     "ncclCommAbort": [_p],
     "ncclCommCount": [_p, ctypes.POINTER(_i)],

@@ -1,4 +1,5 @@
 // Communicator lifecycle and queries of the NCCL C API.
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
 #include <thread>
@@ -184,16 +185,48 @@ NCCL_ALIAS(ncclCommSplit)
 extern "C" ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList,
                                         int excludeRanksCount, ncclComm_t* newcomm,
                                         ncclConfig_t* config, int shrinkFlags) {
-  (void)excludeRanksList;
-  (void)excludeRanksCount;
-  (void)config;
-  (void)shrinkFlags;
   return guarded(comm, "ncclCommShrink", [&]() -> Status {
+    // A communicator whose peer failed is what shrink is for: only a destroyed or unknown
+    // handle is refused here.
     Result<CommRef> c = usableComm(comm, "ncclCommShrink");
     if (!c.isOk()) return c.status();
     if (newcomm == nullptr) return invalidArgument("ncclCommShrink: newcomm is NULL");
     *newcomm = nullptr;
-    return notImplemented("ncclCommShrink");
+    if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT)
+      return invalidArgument(
+          "ncclCommShrink: shrinkFlags %d is neither NCCL_SHRINK_DEFAULT (0) nor "
+          "NCCL_SHRINK_ABORT (1)",
+          shrinkFlags);
+    if (excludeRanksCount < 0)
+      return invalidArgument("ncclCommShrink: excludeRanksCount %d is negative", excludeRanksCount);
+    if (excludeRanksCount > 0 && excludeRanksList == nullptr)
+      return invalidArgument("ncclCommShrink: excludeRanksList is NULL but excludeRanksCount is %d",
+                             excludeRanksCount);
+    const int n = c.value()->nranks();
+    const int me = c.value()->rank();
+    std::vector<int> excluded(excludeRanksList, excludeRanksList + excludeRanksCount);
+    std::sort(excluded.begin(), excluded.end());
+    for (size_t i = 0; i < excluded.size(); ++i) {
+      if (excluded[i] < 0 || excluded[i] >= n)
+        return invalidArgument("ncclCommShrink: excludeRanksList holds rank %d, outside [0, %d)",
+                               excluded[i], n);
+      if (i > 0 && excluded[i] == excluded[i - 1])
+        return invalidArgument("ncclCommShrink: excludeRanksList holds rank %d twice", excluded[i]);
+      if (excluded[i] == me)
+        return invalidArgument(
+            "ncclCommShrink: excludeRanksList holds this rank (%d); excluded ranks do not call "
+            "ncclCommShrink",
+            me);
+    }
+    Result<CommOptions> o = optionsFrom(config, c.value()->isHost());
+    if (!o.isOk()) return o.status().withContext("ncclCommShrink");
+    Result<Communicator::SplitPlan> plan =
+        c.value()->planShrink(excluded, shrinkFlags == NCCL_SHRINK_ABORT);
+    if (!plan.isOk()) return plan.status();
+    ncclUniqueId id;
+    encodeUniqueId(plan.value().id, reinterpret_cast<unsigned char*>(id.internal));
+    return initOrDefer(newcomm,
+                       InitRequest{plan.value().newSize, plan.value().newRank, id, o.value()});
   });
 }
 NCCL_ALIAS(ncclCommShrink)

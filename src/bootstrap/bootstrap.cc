@@ -57,6 +57,7 @@ class SocketBootstrap final : public Bootstrap {
 
   Status allGather(void* data, size_t bytesPerRank) override;
   Status send(int peer, int tag, const void* data, size_t bytes) override;
+  void setAbort(const AbortFlag* abort) override { options_.abort = abort; }
   Status recv(int peer, int tag, void* data, size_t bytes) override;
   Status barrier() override;
 

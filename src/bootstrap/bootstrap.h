@@ -78,6 +78,10 @@ class Bootstrap {
   virtual Status send(int peer, int tag, const void* data, size_t bytes) = 0;
   virtual Status recv(int peer, int tag, void* data, size_t bytes) = 0;
   virtual Status barrier() = 0;
+  // The flag whose raising ends pending calls from now on (null: none). A communicator whose
+  // own flag was raised by a failure swaps in another to agree on a successor
+  // (ncclCommShrink).
+  virtual void setAbort(const AbortFlag* abort) = 0;
   // The address other ranks can reach this rank at (the interface bootstrap chose).
   virtual const sockaddr_storage& localAddress() const = 0;
 };

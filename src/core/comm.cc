@@ -43,6 +43,8 @@ int treeSetupTag(int channel) {
 // Recursive-doubling links: one connector each way between partners.
 constexpr int kRdChannel = 300;
 constexpr int kTagRdSetup = 1300;
+// ncclCommShrink: the new communicator's id, from the first rank left to the others.
+constexpr int kTagShrink = 1400;
 
 uint64_t randomNonce() {
   uint64_t v = 0;
@@ -723,6 +725,49 @@ Result<Communicator::SplitPlan> Communicator::planSplit(int color, int key) {
         "ncclCommSplit: rank %d, first of color %d, could not make the new "
         "communicator's unique id (see its log)",
         members.front(), color);
+  return plan;
+}
+
+Result<Communicator::SplitPlan> Communicator::planShrink(const std::vector<int>& excluded,
+                                                         bool abortFirst) {
+  if (finalized_.load(std::memory_order_acquire))
+    return invalidUsage("ncclCommShrink: the communicator was finalized");
+  if (abortFirst) abort();
+  std::vector<int> survivors;
+  for (int r = 0; r < nranks_; ++r)
+    if (!std::binary_search(excluded.begin(), excluded.end(), r)) survivors.push_back(r);
+  SplitPlan plan;
+  plan.newSize = static_cast<int>(survivors.size());
+  plan.newRank =
+      static_cast<int>(std::find(survivors.begin(), survivors.end(), rank_) - survivors.begin());
+  // The communicator's own flag may be raised (a peer died); the exchange among the survivors
+  // waits on a flag of its own, bounded by the bootstrap's timeout.
+  AbortFlag shrinking;
+  bootstrap_->setAbort(&shrinking);
+  struct Restore {
+    Bootstrap* b;
+    const AbortFlag* flag;
+    ~Restore() { b->setAbort(flag); }
+  } restore{bootstrap_.get(), &abort_};
+  const int leader = survivors.front();
+  if (rank_ == leader) {
+    Result<UniqueIdInfo> id = createFreshUniqueId();
+    UniqueIdInfo sent{};
+    if (id.isOk()) sent = id.value();  // an empty id tells the others it failed
+    for (size_t i = 1; i < survivors.size(); ++i)
+      CHORUS_TRY(bootstrap_->send(survivors[i], kTagShrink, &sent, sizeof sent)
+                     .withContext("ncclCommShrink"));
+    CHORUS_TRY(id.status().withContext("ncclCommShrink: making the new communicator's id"));
+    plan.id = id.value();
+    return plan;
+  }
+  CHORUS_TRY(
+      bootstrap_->recv(leader, kTagShrink, &plan.id, sizeof plan.id).withContext("ncclCommShrink"));
+  if (plan.id.magic == 0 && plan.id.secret == 0)
+    return remoteError(
+        "ncclCommShrink: rank %d, the first one left, could not make the new "
+        "communicator's unique id (see its log)",
+        leader);
   return plan;
 }
 

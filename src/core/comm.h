@@ -92,6 +92,11 @@ class Communicator final : public ErrorSink {
     UniqueIdInfo id{};
   };
   Result<SplitPlan> planSplit(int color, int key);
+  // ncclCommShrink's exchange among the ranks not in `excluded` (sorted, distinct, valid, not
+  // this rank), which every such rank calls with the same list, also after a peer failed: the
+  // first of them makes the new communicator's id and sends it to the others. abortFirst
+  // (NCCL_SHRINK_ABORT) first stops whatever waits in this communicator.
+  Result<SplitPlan> planShrink(const std::vector<int>& excluded, bool abortFirst);
 
   // Fails when the communicator was aborted, finalized or hit an asynchronous error.
   Status checkUsable() const;

@@ -290,15 +290,31 @@ TEST(ApiErrors, PreMulSumOpsAreTiedToTheirType) {
   EXPECT_EQ(y, 10);
 }
 
-TEST(ApiErrors, UnimplementedEntryPointsSaySo) {
+TEST(ApiErrors, ShrinkRefusesBadArguments) {
   SoloComm s;
-  ncclComm_t child = nullptr;
-  int exclude = 0;
-  EXPECT_EQ(ncclCommShrink(s.comm, &exclude, 1, &child, nullptr, NCCL_SHRINK_DEFAULT),
-            ncclInvalidUsage);
-  EXPECT_NE(lastError(s.comm).find("ncclCommShrink is not implemented"), std::string::npos)
-      << lastError(s.comm);
+  ncclComm_t child = reinterpret_cast<ncclComm_t>(&s);
+  int list[2] = {0, 0};
+  EXPECT_EQ(ncclCommShrink(s.comm, list, 1, &child, nullptr, NCCL_SHRINK_DEFAULT),
+            ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("holds this rank"), std::string::npos) << lastError(s.comm);
   EXPECT_EQ(child, nullptr);
+  list[0] = 5;
+  EXPECT_EQ(ncclCommShrink(s.comm, list, 1, &child, nullptr, NCCL_SHRINK_DEFAULT),
+            ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("rank 5, outside [0, 1)"), std::string::npos)
+      << lastError(s.comm);
+  EXPECT_EQ(ncclCommShrink(s.comm, nullptr, 1, &child, nullptr, NCCL_SHRINK_DEFAULT),
+            ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("excludeRanksList is NULL"), std::string::npos);
+  EXPECT_EQ(ncclCommShrink(s.comm, nullptr, 0, &child, nullptr, 7), ncclInvalidArgument);
+  EXPECT_NE(lastError(s.comm).find("shrinkFlags 7"), std::string::npos);
+  EXPECT_EQ(ncclCommShrink(s.comm, nullptr, 0, nullptr, nullptr, 0), ncclInvalidArgument);
+  // Excluding no one: a communicator of the same ranks.
+  ASSERT_EQ(ncclCommShrink(s.comm, nullptr, 0, &child, nullptr, NCCL_SHRINK_DEFAULT), ncclSuccess);
+  int n = 0;
+  EXPECT_EQ(ncclCommCount(child, &n), ncclSuccess);
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(ncclCommDestroy(child), ncclSuccess);
 }
 
 TEST(ApiErrors, SplitRefusesABadColorAndANullResult) {
@@ -481,6 +497,79 @@ TEST(PeerFailure, PeerThatDestroysFirstIsNoError) {
         EXPECT_EQ(async, ncclSuccess) << lastError(comm);
         EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess) << lastError(comm);
         comm = nullptr;
+      });
+}
+
+// Recovery: of 4 ranks one process dies; the survivors' next all-reduce fails promptly, they
+// shrink the communicator without it and go on with correct results (over shared memory and
+// over sockets, where the parent's own links are what failed).
+TEST(PeerFailure, SurvivorsShrinkAndFinishTheJob) {
+  for (const char* transport : {"CHORUS_SHM_DISABLE=0", "CHORUS_SHM_DISABLE=1"}) {
+    SCOPED_TRACE(transport);
+    chorus_test::runRanks(
+        4, chorus_test::RankMode::kProcesses, {transport, "CHORUS_TIMEOUT=60"},
+        [&](int rank, int, ncclComm_t& comm) {
+          std::vector<double> v(4096, rank + 1.0);
+          ASSERT_EQ(ncclAllReduce(v.data(), v.data(), v.size(), ncclDouble, ncclSum, comm, nullptr),
+                    ncclSuccess)
+              << lastError(comm);
+          ASSERT_EQ(v[0], 10.0);
+          const int dead = 2;
+          if (rank == dead) _exit(0);
+          const auto start = std::chrono::steady_clock::now();
+          ncclResult_t r = ncclSuccess;
+          for (int i = 0; i < 3 && r == ncclSuccess; ++i)
+            r = ncclAllReduce(v.data(), v.data(), v.size(), ncclDouble, ncclSum, comm, nullptr);
+          EXPECT_NE(r, ncclSuccess);
+          // Promptly (a survivor not linked to the dead rank learns of it from the peers that
+          // failed first, which end their connections), naming the rank it heard it from.
+          EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                    20.0)
+              << lastError(comm);
+          EXPECT_NE(lastError(comm).find("rank "), std::string::npos) << lastError(comm);
+          int excluded[1] = {dead};
+          ncclComm_t survivors = nullptr;
+          ASSERT_EQ(ncclCommShrink(comm, excluded, 1, &survivors, nullptr, NCCL_SHRINK_ABORT),
+                    ncclSuccess)
+              << lastError(comm);
+          int n = 0, me = -1;
+          EXPECT_EQ(ncclCommCount(survivors, &n), ncclSuccess);
+          EXPECT_EQ(ncclCommUserRank(survivors, &me), ncclSuccess);
+          EXPECT_EQ(n, 3);
+          EXPECT_EQ(me, rank < dead ? rank : rank - 1);
+          for (int step = 0; step < 3; ++step) {
+            std::vector<double> w(1 << 16, rank + 1.0 + step);
+            ASSERT_EQ(ncclAllReduce(w.data(), w.data(), w.size(), ncclDouble, ncclSum, survivors,
+                                    nullptr),
+                      ncclSuccess)
+                << lastError(survivors);
+            EXPECT_EQ(w[0], 1 + 2 + 4 + 3.0 * step);  // ranks 0, 1 and 3 contribute rank + 1
+            EXPECT_EQ(w.back(), w[0]);
+          }
+          EXPECT_EQ(ncclCommDestroy(survivors), ncclSuccess);
+          EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+          comm = nullptr;
+        });
+  }
+}
+
+// Ranks left out of a shrink do not call it; the others continue among themselves.
+TEST(Shrink, HealthyCommunicatorWithoutRankZero) {
+  chorus_test::runRanks(
+      3, chorus_test::RankMode::kThreads, {}, [](int rank, int, ncclComm_t& comm) {
+        if (rank == 0) return;
+        int excluded[1] = {0};
+        ncclComm_t rest = nullptr;
+        ASSERT_EQ(ncclCommShrink(comm, excluded, 1, &rest, nullptr, NCCL_SHRINK_DEFAULT),
+                  ncclSuccess)
+            << lastError(comm);
+        int me = -1;
+        EXPECT_EQ(ncclCommUserRank(rest, &me), ncclSuccess);
+        EXPECT_EQ(me, rank - 1);
+        int x = rank, sum = 0;
+        EXPECT_EQ(ncclAllReduce(&x, &sum, 1, ncclInt, ncclSum, rest, nullptr), ncclSuccess);
+        EXPECT_EQ(sum, 3);
+        EXPECT_EQ(ncclCommDestroy(rest), ncclSuccess);
       });
 }
 

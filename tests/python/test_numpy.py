@@ -173,6 +173,27 @@ def test_split_without_a_color_gives_none(comms):
         comms[0].split(0, key="first")
 
 
+def test_shrink_leaves_out_rank_zero(comms):
+    n = len(comms)
+    if n < 2:
+        pytest.skip("needs a rank left after the shrink")
+
+    def body(c):
+        if c.rank == 0:
+            return None  # an excluded rank does not call it
+        sub = c.shrink([0])
+        try:
+            return sub.rank, sub.size, sub.all_reduce(np.array([c.rank], np.int64))[0]
+        finally:
+            sub.destroy()
+
+    out = run_ranks(comms, body)
+    for r in range(1, n):
+        assert out[r] == (r - 1, n - 1, sum(range(1, n)))
+    with pytest.raises(chorus.InvalidArgumentError, match="holds this rank"):
+        comms[0].shrink([0])
+
+
 def bf16_bits(x):
     """float32 -> bfloat16 bits (round to nearest even), computed here independently."""
     b = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
