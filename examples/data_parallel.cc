@@ -33,8 +33,7 @@
 namespace {
 
 void fail(const char* what, ncclResult_t r, ncclComm_t comm) {
-  std::fprintf(stderr, "%s failed: %s (%s)\n", what, ncclGetErrorString(r),
-               ncclGetLastError(comm));
+  std::fprintf(stderr, "%s failed: %s (%s)\n", what, ncclGetErrorString(r), ncclGetLastError(comm));
   std::exit(2);
 }
 
@@ -106,8 +105,8 @@ class Mlp {
   }
 
   // Sum over the given rows of 0.5 (y - t)^2; the gradient of that sum goes into grad.
-  double lossAndGradSum(const std::vector<double>& x, const std::vector<double>& t,
-                        const int* rows, size_t n) {
+  double lossAndGradSum(const std::vector<double>& x, const std::vector<double>& t, const int* rows,
+                        size_t n) {
     std::fill(grad.begin(), grad.end(), 0.0);
     std::vector<double> h(h_);
     double loss = 0.0;
@@ -219,9 +218,10 @@ int main(int argc, char** argv) {
   Mlp model(o.features, o.hidden, o.seed);
   std::vector<double> losses;
   if (rank == 0)
-    std::printf("data parallel (C API): %d ranks, MLP %d-%d-1 (%zu parameters), global batch %d, "
-                "%d steps\n",
-                nranks, o.features, o.hidden, model.params.size(), o.batch, o.steps);
+    std::printf(
+        "data parallel (C API): %d ranks, MLP %d-%d-1 (%zu parameters), global batch %d, "
+        "%d steps\n",
+        nranks, o.features, o.hidden, model.params.size(), o.batch, o.steps);
 
   auto start = std::chrono::steady_clock::now();
   for (const std::vector<int>& batch : batches) {
@@ -247,12 +247,12 @@ int main(int argc, char** argv) {
   int failures = 0;
   // Identical parameters everywhere: element-wise max and min over the ranks agree exactly.
   std::vector<double> hi(model.params.size()), lo(model.params.size());
-  NCCL_CHECK(ncclAllReduce(model.params.data(), hi.data(), hi.size(), ncclDouble, ncclMax, comm,
-                           nullptr),
-             comm);
-  NCCL_CHECK(ncclAllReduce(model.params.data(), lo.data(), lo.size(), ncclDouble, ncclMin, comm,
-                           nullptr),
-             comm);
+  NCCL_CHECK(
+      ncclAllReduce(model.params.data(), hi.data(), hi.size(), ncclDouble, ncclMax, comm, nullptr),
+      comm);
+  NCCL_CHECK(
+      ncclAllReduce(model.params.data(), lo.data(), lo.size(), ncclDouble, ncclMin, comm, nullptr),
+      comm);
   if (std::memcmp(hi.data(), lo.data(), hi.size() * sizeof(double)) != 0) {
     std::fprintf(stderr, "FAILED: rank %d: the ranks' parameters differ\n", rank);
     ++failures;

@@ -157,6 +157,18 @@ extern "C" ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
 }
 NCCL_ALIAS(ncclCommRevoke)
 
+namespace {
+
+// Joins the communicator a split or shrink planned (at ncclGroupEnd inside a group).
+Status initPlanned(ncclComm_t* newcomm, const Communicator::SplitPlan& plan,
+                   const CommOptions& options) {
+  ncclUniqueId id;
+  encodeUniqueId(plan.id, reinterpret_cast<unsigned char*>(id.internal));
+  return initOrDefer(newcomm, InitRequest{plan.newSize, plan.newRank, id, options});
+}
+
+}  // namespace
+
 extern "C" ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
                                        ncclConfig_t* config) {
   return guarded(comm, "ncclCommSplit", [&]() -> Status {
@@ -174,10 +186,7 @@ extern "C" ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, nccl
     Result<Communicator::SplitPlan> plan = c.value()->planSplit(color, key);
     if (!plan.isOk()) return plan.status();
     if (plan.value().newRank < 0) return Status::ok();
-    ncclUniqueId id;
-    encodeUniqueId(plan.value().id, reinterpret_cast<unsigned char*>(id.internal));
-    return initOrDefer(newcomm,
-                       InitRequest{plan.value().newSize, plan.value().newRank, id, o.value()});
+    return initPlanned(newcomm, plan.value(), o.value());
   });
 }
 NCCL_ALIAS(ncclCommSplit)
@@ -223,10 +232,7 @@ extern "C" ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList,
     Result<Communicator::SplitPlan> plan =
         c.value()->planShrink(excluded, shrinkFlags == NCCL_SHRINK_ABORT);
     if (!plan.isOk()) return plan.status();
-    ncclUniqueId id;
-    encodeUniqueId(plan.value().id, reinterpret_cast<unsigned char*>(id.internal));
-    return initOrDefer(newcomm,
-                       InitRequest{plan.value().newSize, plan.value().newRank, id, o.value()});
+    return initPlanned(newcomm, plan.value(), o.value());
   });
 }
 NCCL_ALIAS(ncclCommShrink)
