@@ -9,6 +9,10 @@
 #                       the test suite built with AddressSanitizer and UndefinedBehaviorSanitizer
 #                       (the default) or ThreadSanitizer, in SAN_BUILD_DIR (default
 #                       build-<kind>san); any report fails the run
+#   tools/dev.sh fuzz [runs]
+#                       the libFuzzer targets of tests/fuzz (clang, AddressSanitizer and
+#                       UndefinedBehaviorSanitizer) in FUZZ_BUILD_DIR (default build-fuzz), each
+#                       for `runs` inputs (default 1000000) from its seeds; prints each count
 #
 # Environment: BUILD_DIR (default build), JOBS (default 2), PERF_ARGS (all_reduce_perf flags),
 # NRANKS (default 2), MESON_TEST_ARGS (extra flags for meson test).
@@ -99,8 +103,45 @@ case "${1:-}" in
       san_test
     fi
     ;;
+  fuzz)
+    packages+=(clang)
+    install_packages
+    FUZZ_BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
+    if [ ! -f "$FUZZ_BUILD_DIR/build.ninja" ]; then
+      CC=clang CXX=clang++ meson setup "$FUZZ_BUILD_DIR" -Dfuzz=enabled -Dcuda=disabled \
+        -Dbenchmarks=disabled -Db_sanitize=address,undefined -Db_lundef=false \
+        -Dbuildtype=debugoptimized
+    fi
+    targets=(fuzz_unique_id fuzz_bootstrap fuzz_topology fuzz_env)
+    meson compile -C "$FUZZ_BUILD_DIR" -j "$JOBS" "${targets[@]/#/tests/fuzz/}"
+    export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+    seeds_of() {
+      case "$1" in
+        fuzz_unique_id) echo tests/fuzz/seeds/unique_id ;;
+        fuzz_bootstrap) echo tests/fuzz/seeds/bootstrap ;;
+        fuzz_topology) echo tests/fuzz/seeds/topology ;;
+        fuzz_env) echo tests/fuzz/seeds/env ;;
+      esac
+    }
+    runs=${2:-1000000}
+    for t in "${targets[@]}"; do
+      # The corpus grows in a scratch copy; the seeds in the tree stay as they are.
+      corpus=$(mktemp -d)
+      cp "$(seeds_of "$t")"/* "$corpus"/
+      [ "$t" = fuzz_topology ] && cp tests/fixtures/topo/*.json "$corpus"/
+      log="$FUZZ_BUILD_DIR/$t.log"
+      if ! "$FUZZ_BUILD_DIR/tests/fuzz/$t" -runs="$runs" -max_len=4096 -timeout=10 \
+          -rss_limit_mb=2048 -print_final_stats=1 "$corpus" > "$log" 2>&1; then
+        tail -40 "$log"
+        echo "$t: FAILED (log: $log)"
+        exit 1
+      fi
+      echo "$t: $(grep -m1 -o 'Done [0-9]* runs in [0-9]* second(s)' "$log"), $(grep -o 'cov: [0-9]*' "$log" | tail -1) edges, no crash"
+      rm -rf "$corpus"
+    done
+    ;;
   *)
-    echo "usage: $0 perf|test|build|sanitize" >&2
+    echo "usage: $0 perf|test|build|sanitize|fuzz" >&2
     exit 2
     ;;
 esac

@@ -103,6 +103,29 @@ class ProxyDrive {
 };
 constexpr size_t kCacheLine = 64;
 
+// The call a slot belongs to, written by the sender beside the slot's size and compared by the
+// receiver with its own call, so that ranks which make different calls fail with both calls
+// named instead of hanging or mixing data. `what` 0 means untagged (a sender that does not say).
+struct CallTag {
+  uint64_t seq = 0;    // collectives: the communicator's call number; send/recv: the pair's
+  uint64_t count = 0;  // elements (send/recv: bytes)
+  uint32_t what = 0;   // kind | type << 8 | operation << 16, from the executor (call_tag.h)
+  int32_t root = -1;   // broadcast, reduce, gather, scatter (else -1)
+  bool operator==(const CallTag& o) const {
+    return seq == o.seq && count == o.count && what == o.what && root == o.root;
+  }
+  bool operator!=(const CallTag& o) const { return !(*this == o); }
+};
+static_assert(sizeof(CallTag) == 24, "a tag is three words on the wire");
+
+// What the sender writes about a slot before publishing it; network transports carry it in the
+// message header.
+struct SlotInfo {
+  uint64_t bytes;
+  CallTag tag;
+};
+static_assert(sizeof(SlotInfo) == 32, "a slot's info is four words on the wire");
+
 // Shared layout at the start of the FIFO memory; slot data follows at dataOffset().
 struct FifoHeader {
   // Each counter and each sleepers flag on a line of its own: the writer of a counter looks at
@@ -118,8 +141,8 @@ struct FifoHeader {
   std::atomic<uint32_t> peerClosed;
   // The proxy at the far end of a local FIFO, or null.
   ProxyLink* proxy;
-  // Bytes held by each slot, written before tail is published.
-  uint64_t slotSize[kMaxFifoSlots];
+  // Each slot's size and call, written before tail is published.
+  SlotInfo slots[kMaxFifoSlots];
 };
 static_assert(sizeof(std::atomic<uint64_t>) == 8, "lock-free 64-bit counters required");
 
@@ -165,6 +188,12 @@ class SendConnector {
     }
     return data_ + (tail_ % nslots_) * slotBytes_;
   }
+  // Whether acquire would return at once (one look at the counter, no progress driven).
+  bool hasRoom() {
+    if (tail_ - cachedHead_ < nslots_) return true;
+    cachedHead_ = header_->head.load(std::memory_order_acquire);
+    return tail_ - cachedHead_ < nslots_;
+  }
   // A free slot if there is one now, else nullptr (for loops that drive several FIFOs).
   void* tryAcquire() {
     if (tail_ - cachedHead_ >= nslots_) {
@@ -176,9 +205,11 @@ class SendConnector {
     }
     return data_ + (tail_ % nslots_) * slotBytes_;
   }
-  // Publishes the slot returned by acquire holding `bytes` bytes.
-  void post(size_t bytes) {
-    header_->slotSize[tail_ % nslots_] = bytes;
+  // Publishes the slot returned by acquire holding `bytes` bytes of the call `tag`.
+  void post(size_t bytes, const CallTag& tag = CallTag{}) {
+    SlotInfo& info = header_->slots[tail_ % nslots_];
+    info.bytes = bytes;
+    info.tag = tag;
     ++tail_;
     header_->tail.store(tail_, std::memory_order_release);
     wakeSleepers(header_->tail, header_->tailSleepers);
@@ -233,8 +264,16 @@ class RecvConnector {
         return nullptr;
       }
     }
-    *bytes = header_->slotSize[head_ % nslots_];
+    *bytes = header_->slots[head_ % nslots_].bytes;
     return data_ + (head_ % nslots_) * slotBytes_;
+  }
+  // The call of the slot returned by wait or tryWait (until it is released).
+  const CallTag& tag() const { return header_->slots[head_ % nslots_].tag; }
+  // Whether wait would return at once (one look at the counter, no progress driven).
+  bool ready() {
+    if (cachedTail_ > head_) return true;
+    cachedTail_ = header_->tail.load(std::memory_order_acquire);
+    return cachedTail_ > head_;
   }
   // A filled slot if there is one now, else nullptr (for loops that drive several FIFOs).
   const void* tryWait(size_t* bytes) {
@@ -245,7 +284,7 @@ class RecvConnector {
         return nullptr;
       }
     }
-    *bytes = header_->slotSize[head_ % nslots_];
+    *bytes = header_->slots[head_ % nslots_].bytes;
     return data_ + (head_ % nslots_) * slotBytes_;
   }
   bool peerClosed() const { return header_->peerClosed.load(std::memory_order_acquire) != 0; }

@@ -35,24 +35,6 @@ const char* formName(Form form) {
   return form == Form::kRecvReduceSend ? "recv_reduce_send" : "recv_reduce_copy_send";
 }
 
-const char* redKindName(RedKind kind) {
-  switch (kind) {
-    case RedKind::kSum:
-      return "sum";
-    case RedKind::kProd:
-      return "prod";
-    case RedKind::kMax:
-      return "max";
-    case RedKind::kMin:
-      return "min";
-    case RedKind::kAvg:
-      return "avg";
-    case RedKind::kPreMulSum:
-      return "premulsum";
-  }
-  return "?";
-}
-
 // Writes v (small and exactly representable in every type) in the encoding of `type`.
 void encode(DataType type, double v, unsigned char* out) {
   uint64_t bits = 0;

@@ -169,15 +169,13 @@ Status SocketBootstrap::rendezvous() {
   st = sock.value().recvAll(header, sizeof(header), replyWaiter);
   if (!st.isOk())
     return st.withContext(me + ": waiting for the other ranks at the rendezvous root " + rootText);
-  uint32_t code = wire::getU32(header + 4);
-  uint32_t length = wire::getU32(header + 8);
-  uint32_t tableBytes = static_cast<uint32_t>(nranks_) * wire::kAddressBytes;
-  if (wire::getU32(header) != wire::kRootReplyMarker || (code == 0 && length != tableBytes) ||
-      (code != 0 && length > wire::kMaxReplyMessageBytes))
+  wire::RootReply reply;
+  if (!wire::getRootReply(header, nranks_, &reply))
     return internalError("%s: the rendezvous root at %s sent a malformed reply", me.c_str(),
                          rootText.c_str());
-  std::vector<unsigned char> payload(length);
-  st = sock.value().recvAll(payload.data(), length, replyWaiter);
+  const uint32_t code = reply.code;
+  std::vector<unsigned char> payload(reply.length);
+  st = sock.value().recvAll(payload.data(), reply.length, replyWaiter);
   if (!st.isOk()) return st.withContext(me + ": reading the reply of the rendezvous root");
   if (code != 0)
     return Status(codeFromWire(code),
@@ -382,9 +380,11 @@ Result<bool> SocketBootstrap::progressRecv(Inbound& in, const RecvOp& op) {
       in.headerGot += k.value();
       if (in.headerGot < sizeof(in.header)) continue;
       in.headerGot = 0;
-      in.tag = static_cast<int>(wire::getU32(in.header + 4));
-      in.size = wire::getU64(in.header + 8);
-      if (wire::getU32(in.header) != wire::kFrameMarker || in.size > kMaxMessageBytes) {
+      wire::FrameHeader frame;
+      const bool valid = wire::getFrameHeader(in.header, kMaxMessageBytes, &frame);
+      in.tag = frame.tag;
+      in.size = frame.size;
+      if (!valid) {
         in.corrupt = true;
         return internalError("corrupt message header from rank %d", in.peer);
       }
@@ -468,15 +468,15 @@ bool SocketBootstrap::progressPending(PendingPeer& p) {
              rank_, from.c_str(), seconds(kPeerHelloTimeoutSeconds).c_str());
     return true;
   }
-  int peer = static_cast<int>(wire::getU32(p.buf + 24));
+  wire::PeerHello hello;
+  const bool isHello = wire::getPeerHello(p.buf, &hello);
+  const int peer = hello.rank;
   const char* why = nullptr;
-  if (wire::getU32(p.buf) != wire::kPeerHelloMarker ||
-      wire::getU32(p.buf + 4) != wire::kProtocolVersion)
+  if (!isHello)
     why = "not a Chorus bootstrap hello";
-  else if (wire::getU64(p.buf + 8) != id_.secret || wire::getU64(p.buf + 16) != id_.magic)
+  else if (hello.secret != id_.secret || hello.idMagic != id_.magic)
     why = "wrong secret or another communicator";
-  else if (static_cast<int>(wire::getU32(p.buf + 28)) != nranks_ || peer < 0 || peer >= nranks_ ||
-           peer == rank_)
+  else if (hello.nranks != nranks_ || peer < 0 || peer >= nranks_ || peer == rank_)
     why = "impossible sender rank";
   else if (inbound_[static_cast<size_t>(peer)].sock.valid())
     why = "a second connection claiming the same rank";

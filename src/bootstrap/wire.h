@@ -149,12 +149,56 @@ inline bool getRootHello(const unsigned char* p, RootHello* h) {
 constexpr size_t kRootReplyHeaderBytes = 12;
 constexpr uint32_t kMaxReplyMessageBytes = 4096;
 
+struct RootReply {
+  uint32_t code = 0;
+  uint32_t length = 0;  // payload bytes
+};
+
+// False when the bytes are not a reply a rank of nranks can take: the payload of a success is
+// exactly nranks addresses, an error message at most kMaxReplyMessageBytes.
+inline bool getRootReply(const unsigned char* p, int nranks, RootReply* r) {
+  r->code = getU32(p + 4);
+  r->length = getU32(p + 8);
+  const uint64_t tableBytes = static_cast<uint64_t>(nranks) * kAddressBytes;
+  return getU32(p) == kRootReplyMarker && nranks > 0 &&
+         (r->code == 0 ? r->length == tableBytes : r->length <= kMaxReplyMessageBytes);
+}
+
 // Rank -> rank, first bytes on a peer connection: marker, version, secret, id magic, sender
 // rank, nranks.
 constexpr size_t kPeerHelloBytes = 4 + 4 + 8 + 8 + 4 + 4;
 
+struct PeerHello {
+  uint64_t secret = 0;
+  uint64_t idMagic = 0;
+  int32_t rank = 0;
+  int32_t nranks = 0;
+};
+
+// False when the bytes are not a peer hello of this protocol version.
+inline bool getPeerHello(const unsigned char* p, PeerHello* h) {
+  if (getU32(p) != kPeerHelloMarker || getU32(p + 4) != kProtocolVersion) return false;
+  h->secret = getU64(p + 8);
+  h->idMagic = getU64(p + 16);
+  h->rank = static_cast<int32_t>(getU32(p + 24));
+  h->nranks = static_cast<int32_t>(getU32(p + 28));
+  return true;
+}
+
 // Every peer message: marker, tag, payload bytes.
 constexpr size_t kFrameHeaderBytes = 16;
+
+struct FrameHeader {
+  int32_t tag = 0;
+  uint64_t size = 0;
+};
+
+// False when the bytes are not a frame header, or announce more than maxBytes of payload.
+inline bool getFrameHeader(const unsigned char* p, uint64_t maxBytes, FrameHeader* f) {
+  f->tag = static_cast<int32_t>(getU32(p + 4));
+  f->size = getU64(p + 8);
+  return getU32(p) == kFrameMarker && f->size <= maxBytes;
+}
 
 }  // namespace wire
 }  // namespace chorus

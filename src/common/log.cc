@@ -100,6 +100,14 @@ void initLocked() {
 
 }  // namespace
 
+uint32_t parseLogSubsys(const std::string& spec) {
+  return parseSubsys(spec);
+}
+
+int parseLogLevel(const std::string& value) {
+  return parseLevel(value);
+}
+
 void logInitOnce() {
   std::lock_guard<std::mutex> lock(gLogMutex);
   if (gLog.level >= 0) return;

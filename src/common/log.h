@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace chorus {
 
@@ -30,6 +31,9 @@ struct LogState {
 extern LogState gLog;  // the one mutable global besides the parameter registry
 
 void logInitOnce();
+// CHORUS_DEBUG_SUBSYS and CHORUS_DEBUG as the logger reads them (exposed for the fuzz tests).
+uint32_t parseLogSubsys(const std::string& spec);
+int parseLogLevel(const std::string& value);
 // Re-reads CHORUS_DEBUG* from the environment (tests and ncclResetDebugInit).
 void logReinit();
 void logWrite(LogLevel level, uint32_t subsys, const char* file, int line, const char* fmt, ...)

@@ -39,6 +39,17 @@ const std::vector<ParamDef> kParams = {
      "each holds that goes with its process); a rank that is gone fails the communicator's "
      "calls at once instead of after TIMEOUT (0: no watch)",
      false},
+    {"DUMP", ParamType::kString, "",
+     "Directory for dumps of pending operations: a rank whose collective fails (timeout, "
+     "failed peer, mismatch) writes what it waited for there, and SIGUSR1 makes every "
+     "communicator of the process write one; tools/chorus-waitfor reads them (empty: no dumps, "
+     "no signal handler)",
+     false},
+    {"CHECK_CALLS", ParamType::kInt, "1",
+     "Compare every collective and send/recv with the peers' (collective, count, type, "
+     "operation, root, order) on the data they exchange; ranks that disagree fail with both "
+     "calls named instead of hanging or mixing data (0: off)",
+     false},
     // Network
     {"SOCKET_IFNAME", ParamType::kString, "",
      "Interfaces for sockets: prefix list (eth,ens), ^ to exclude, = for exact names", true},

@@ -12,6 +12,7 @@
 #include "algorithms/topo_graph.h"
 #include "common/param.h"
 #include "core/topo_report.h"
+#include "exec/call_tag.h"
 #include "exec/host_rd.h"
 #include "exec/stream_copy.h"
 #include "topo/hca_filter.h"
@@ -114,10 +115,17 @@ Communicator::Communicator(int rank, int nranks, const CommOptions& options)
     : rank_(rank), nranks_(nranks), options_(options) {}
 
 Communicator::~Communicator() {
+  dumpUnregister(this);
   // The watch first: it reports into this communicator. Then idle channel workers. The
   // proxies then deliver what was posted (peers may still be receiving the end of the last
   // collective), and stop before the members they report errors to go away.
-  peerWatch_.reset();
+  std::unique_ptr<PeerWatch> watch;
+  {
+    // Threads that report errors look at peerWatch_ under the lock.
+    std::lock_guard<std::mutex> lock(mutex_);
+    watch = std::move(peerWatch_);
+  }
+  watch.reset();
   workers_.reset();
   direct_.reset();
   socket_.reset();
@@ -129,6 +137,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdInfo& i
   std::unique_ptr<Communicator> comm(new Communicator(rank, nranks, options));
   Status s = comm->init(id);
   if (!s.isOk()) return s;
+  dumpRegister(comm.get());
   return comm;
 }
 
@@ -275,6 +284,9 @@ Status Communicator::init(const UniqueIdInfo& id) {
   workers_.reset(new ChannelWorkers(spinCount_));
   exec_.workers = workers_.get();
   exec_.abort = &abort_;
+  exec_.errors = this;
+  exec_.notes = notes_;
+  exec_.checkCalls = paramInt("CHECK_CALLS") != 0;
   exec_.timeoutSeconds = timeoutSeconds_;
   exec_.spinCount = spinCount_;
   exec_.yieldMicros = paramInt("SPIN_YIELD_US");
@@ -554,6 +566,14 @@ Status Communicator::ensureDirect() {
 
 Status Communicator::run(HostWork* works, size_t n) {
   CHORUS_TRY(checkUsable());
+  for (size_t k = 0; k < n; ++k)
+    works[k].args.tag = collectiveTag(works[k].coll, works[k].args, ++collectiveCalls_);
+  // For dumps and the local peers' watch.
+  if (n > 0) noteCall(works[0].args.tag, kCollective);
+  struct Idle {
+    std::atomic<uint32_t>& activity;
+    ~Idle() { activity.store(kIdle, std::memory_order_relaxed); }
+  } idle{activity_};
   if (device_) return runDevice(works, n);
   int channels = 1;
   bool tree = false, direct = false, rd = false;
@@ -598,8 +618,13 @@ Status Communicator::run(HostWork* works, size_t n) {
   resources.directStores = &directStores_;
   resources.rd = rdConns_.empty() ? nullptr : &rdConns_;
   resources.windows = &windows_;
+  callChannels_.store(channels, std::memory_order_relaxed);
+  nextLaunch();
   Status s = hostLaunch(exec_, works, n, resources);
-  if (!s.isOk()) return explain(s);
+  if (!s.isOk()) {
+    writeDump("failure", s.message());
+    return explain(s);
+  }
   return s;
 }
 
@@ -639,7 +664,23 @@ Status Communicator::p2p(const std::vector<P2pOp>& ops) {
         "several depend on each other)",
         rank_, peers.c_str()));
   }
-  if (s.isOk()) s = hostP2p(exec_, ops, p2pConns_);
+  if (s.isOk()) {
+    // Each transfer says which send between its two ranks it is (call_tag.h).
+    std::vector<P2pOp> tagged = ops;
+    if (sendCalls_.empty()) {
+      sendCalls_.assign(nranks_, 0);
+      recvCalls_.assign(nranks_, 0);
+    }
+    for (P2pOp& op : tagged)
+      if (op.peer != rank_)
+        op.tag = sendTag(++(op.isSend ? sendCalls_ : recvCalls_)[op.peer], op.bytes);
+    activity_.store(kP2p, std::memory_order_relaxed);
+    callChannels_.store(1, std::memory_order_relaxed);
+    nextLaunch();
+    s = hostP2p(exec_, tagged, p2pConns_);
+    if (!s.isOk()) writeDump("failure", s.message());
+    activity_.store(kIdle, std::memory_order_relaxed);
+  }
   if (!s.isOk()) return explain(s);
   return s;
 }
@@ -665,12 +706,15 @@ Status Communicator::startPeerWatch(bool anyShmDisabled) {
   }
   CHORUS_TRY(bootstrap_->barrier());
   if (watch) {
+    // The local peers compare this rank's calls with theirs (peer_watch.h).
+    watch->setCurrentCall([this] { return currentCall(); }, paramInt("CHECK_CALLS") != 0);
     CHORUS_TRY(watch->watch(local, static_cast<int>(intervalMs),
                             [this](const Status& s) { reportAsyncError(s); }));
   }
   CHORUS_TRY(bootstrap_->barrier());
   if (watch) {
     watch->unlinkOwn();
+    std::lock_guard<std::mutex> lock(mutex_);
     peerWatch_ = std::move(watch);
   }
   return Status::ok();
@@ -706,8 +750,14 @@ void Communicator::reportAsyncError(const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!asyncError_.isOk()) return;
-    asyncError_ = status.withContext(formatString("rank %d", rank_));
+    // Messages from the executors already start with this rank.
+    const std::string self = formatString("rank %d:", rank_);
+    asyncError_ = status.message().compare(0, self.size(), self) == 0
+                      ? status
+                      : status.withContext(formatString("rank %d", rank_));
     hasAsyncError_.store(true, std::memory_order_release);
+    // The local peers' communicators fail too (their calls would wait for this rank).
+    if (peerWatch_) peerWatch_->publishFailure(asyncError_.message());
   }
   abort_.raise();
   // Kernels waiting for a peer that is gone stop too.

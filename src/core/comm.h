@@ -111,7 +111,16 @@ class Communicator final : public ErrorSink {
   void setLastError(const std::string& message);
   std::string lastError() const;
 
+  // This rank's pending operations as text (the collective it is in, and for each thread of the
+  // call the algorithm, step, peer it waits on and bytes done), for CHORUS_DUMP and
+  // tools/chorus-waitfor; `reason` says what asked for it, `error` the failure (if any; else
+  // the communicator's asynchronous error).
+  std::string dumpText(const char* reason, const std::string& error) const;
+  // Writes dumpText to CHORUS_DUMP's directory, when set (comm_dump.cc).
+  void writeDump(const char* reason, const std::string& error = std::string()) const;
+
  private:
+  enum Activity : uint32_t { kIdle = 0, kCollective = 1, kP2p = 2 };
   Communicator(int rank, int nranks, const CommOptions& options);
   Status init(const UniqueIdInfo& id);
   // Ring channels [channels_.size(), n): every rank calls this at the same point.
@@ -133,6 +142,14 @@ class Communicator final : public ErrorSink {
   // Turns an executor failure into the error the user should see (the async cause first).
   Status explain(const Status& failure) const;
   Status startPeerWatch(bool anyShmDisabled);
+  // Records the call this rank starts, for dumps and the peer watch; currentCall reads it.
+  void noteCall(const CallTag& tag, Activity activity);
+  CallTag currentCall() const;
+  // Numbers the launch about to run (its threads' wait notes carry the number).
+  void nextLaunch() {
+    exec_.launch = launch_.load(std::memory_order_relaxed) + 1;
+    launch_.store(exec_.launch, std::memory_order_relaxed);
+  }
   // Marks w windowed (with its buffers' places) when its buffers lie in shared windows and the
   // call is one that reads them in place; bytes is the nccl-tests size.
   bool useWindows(HostWork& w, size_t bytes);
@@ -171,7 +188,19 @@ class Communicator final : public ErrorSink {
   SlotStreamPolicy directStores_;  // how this rank writes direct_'s buffers  // made when a direct
                                    // algorithm is first picked
   std::vector<P2pConnection> p2pConns_;  // by peer; connectors built on first use
-  std::vector<P2pConnection> rdConns_;   // by peer: recursive-doubling partners, on first use
+  // Mismatch detection (call_tag.h): collectives made so far, and sends to / receives from
+  // each peer so far.
+  uint64_t collectiveCalls_ = 0;
+  std::vector<uint64_t> sendCalls_, recvCalls_;
+  // What this rank is doing, for dumps (read by other threads): kIdle, kCollective or kP2p,
+  // the first collective of the current (or last) launch, and the channels it uses.
+  std::atomic<uint32_t> activity_{kIdle};
+  std::atomic<uint32_t> callVersion_{0};  // a seqlock over the three below (noteCall)
+  std::atomic<uint64_t> callSeq_{0}, callCount_{0}, callWhatRoot_{0};
+  std::atomic<int> callChannels_{0};
+  std::atomic<uint64_t> launch_{0};     // launches so far (exec_.launch: the current one)
+  WaitNote notes_[kMaxChannels];        // exec_.notes: one per ring channel
+  std::vector<P2pConnection> rdConns_;  // by peer: recursive-doubling partners, on first use
   ExecContext exec_;
 
   std::vector<UserRedOp> userOps_;
@@ -187,5 +216,11 @@ class Communicator final : public ErrorSink {
   std::atomic<bool> hasAsyncError_{false};  // set once asyncError_ holds an error
   std::string lastError_;
 };
+
+// CHORUS_DUMP (comm_dump.cc): the directory dumps go to ("": none), and the communicators that
+// SIGUSR1 makes write one.
+std::string dumpDirectory();
+void dumpRegister(const Communicator* comm);
+void dumpUnregister(const Communicator* comm);
 
 }  // namespace chorus

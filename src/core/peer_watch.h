@@ -10,6 +10,12 @@
 // The lock also goes when a rank destroys its communicator; that rank first marks its file,
 // and a peer whose lock went with the mark is only no longer watched (its peers may be in the
 // middle of finalizing or destroying theirs).
+//
+// The same file is each rank's board: the tag of the collective it made last (call_tag.h) and,
+// once its communicator failed, why. The watching thread also compares the peers' boards with
+// its own: a peer whose call of the same number differs (ranks that disagree, possibly so much
+// that they run different algorithms and never exchange data) or whose communicator failed
+// fails this rank's communicator too, within the interval instead of the timeout.
 #pragma once
 
 #include <atomic>
@@ -22,6 +28,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "transport/connector.h"
 
 namespace chorus {
 
@@ -48,6 +55,15 @@ class PeerWatch {
   // Removes this rank's file name; the file lives on while anyone holds it open.
   void unlinkOwn();
 
+  // This rank's board: the collective it makes now, which the watching thread asks
+  // currentCall for and publishes at each look (checkCalls: the peers compare it with theirs),
+  // and its failure (said once; the peers' communicators fail too). Both before watch.
+  void setCurrentCall(std::function<CallTag()> currentCall, bool checkCalls) {
+    currentCall_ = std::move(currentCall);
+    checkCalls_ = checkCalls;
+  }
+  void publishFailure(const std::string& message);
+
   // Watched peer i: still holding its lock, gone after destroying its communicator, or gone
   // without.
   enum class State { kAlive, kLeft, kDied };
@@ -55,12 +71,21 @@ class PeerWatch {
 
  private:
   static constexpr char kLeft = 1;  // written into the file by a rank that destroys its comm
+  struct Board;
   PeerWatch() = default;
   void run();
+  void publishCall(const CallTag& tag);
+  // A report about watched peer i's board (this rank makes `mine`), or ok.
+  Status lookAtBoard(size_t i, const CallTag& mine);
 
   std::string prefix_;
   std::string ownName_;
   int ownFd_ = -1;
+  int rank_ = -1;
+  Board* ownBoard_ = nullptr;         // mapped from ownFd_
+  std::vector<const Board*> boards_;  // by watched peer (null: not mapped)
+  bool checkCalls_ = true;
+  std::function<CallTag()> currentCall_;
   std::vector<Peer> peers_;
   std::vector<int> peerFds_;
   std::vector<bool> watching_;  // by peer: not yet seen gone

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "algorithms/direct_allreduce.h"
+#include "exec/call_tag.h"
 #include "exec/stream_copy.h"
 
 namespace chorus {
@@ -15,7 +16,7 @@ namespace {
 class HostDirectPrims {
  public:
   HostDirectPrims(const ExecContext& ctx, DirectRegion& region, const CollArgs& args,
-                  SlotStreamPolicy& stores)
+                  SlotStreamPolicy& stores, WaitNote& note, WaitPlace at)
       : ctx_(ctx),
         region_(region),
         stores_(stores),
@@ -24,13 +25,21 @@ class HostDirectPrims {
         eltSize_(dataTypeSize(args.type)),
         type_(args.type),
         op_(args.op),
-        combineOp_(args.op) {
+        combineOp_(args.op),
+        tag_(args.tag),
+        note_(note),
+        at_(at) {
+    // Even: a direct all-reduce (window calls publish odd descriptions); 0 when not checked.
+    const uint32_t digest = tagDigest(tag_) & ~1u;
+    if (ctx.checkCalls) how_ = digest == 0 ? 2u : digest;
     // Each rank scales its own input by its own PreMulSum scalar while staging it (ranks may
     // use different scalars); the staged values are then only added.
     if (combineOp_.kind == RedKind::kPreMulSum) combineOp_.kind = RedKind::kSum;
   }
 
   bool stage(size_t in, size_t n, size_t skip, size_t skipLen) {
+    ++at_.step;
+    at_.bytesDone = in * eltSize_;  // the chunks before
     sequence_ = region_.nextSequence();
     slot_ = static_cast<int>(sequence_ % 2);
     chunkBytes_ = n * eltSize_;  // the same on every rank: it picks inline or buffer staging
@@ -67,10 +76,12 @@ class HostDirectPrims {
     if (timed)
       stores_.record(kStageStores, stream, chunkBytes_,
                      static_cast<int64_t>(slotStreamTicks() - start));
-    // In the counter's line, which the store below writes anyway: this is a direct all-reduce.
+    if (how_ != 0) region_.call(ctx_.rank, slot_) = tag_;
+    // In the counter's line, which the store below writes anyway: this is a direct all-reduce,
+    // and which.
     region_.counter(ctx_.rank, DirectCounterKind::kStaged)
         .how[slot_]
-        .store(0, std::memory_order_relaxed);
+        .store(how_, std::memory_order_relaxed);
     storeCounter(DirectCounterKind::kStaged);
     return true;
   }
@@ -212,29 +223,46 @@ class HostDirectPrims {
       if (value.load(std::memory_order_acquire) >= target) return sameKind(peer, kind);
     }
     wakePending();
+    note_.waiting(at_, peer,
+                  kind == DirectCounterKind::kStaged ? WaitFor::kStaged : WaitFor::kReduced);
     Waiter w = ctx_.waiter();
     Code c = region_.waitAtLeast(peer, kind, target, w);
     if (c == Code::kSuccess) return sameKind(peer, kind);
+    const std::string where = describeWait(ctx_, tag_, at_, peer);
     if (c == Code::kRemoteError) {
       status_ = remoteError(
-          "rank %d: ncclAllReduce (direct all-reduce) timed out after %.0f s waiting for rank %d "
-          "to %s; the peer is stuck, dead or did not call the same collective (raise "
-          "CHORUS_TIMEOUT if it is slow)",
-          ctx_.rank, ctx_.timeoutSeconds, peer, what);
+          "%s: timed out after %.0f s waiting for it to %s; the peer is stuck, dead or made "
+          "another call (raise CHORUS_TIMEOUT if it is slow; CHORUS_DUMP=<dir> makes every rank "
+          "write its pending operations for tools/chorus-waitfor)",
+          where.c_str(), ctx_.timeoutSeconds, what);
     } else {
-      status_ = invalidUsage(
-          "rank %d: ncclAllReduce (direct all-reduce) interrupted while waiting for rank %d: the "
-          "communicator was aborted",
-          ctx_.rank, peer);
+      status_ = invalidUsage("%s: interrupted, the communicator was aborted", where.c_str());
     }
     return false;
   }
 
   // A peer that staged this sequence for a window collective made another call than this one.
+  // Otherwise, with calls checked, a peer whose call has another tag (call_tag.h) made another
+  // call than this one.
   bool sameKind(int peer, DirectCounterKind kind) {
-    if (kind != DirectCounterKind::kStaged ||
-        region_.counter(peer, kind).how[slot_].load(std::memory_order_relaxed) == 0)
-      return true;
+    if (kind != DirectCounterKind::kStaged) return true;
+    const uint32_t how = region_.counter(peer, kind).how[slot_].load(std::memory_order_relaxed);
+    return how == how_ || otherKind(peer, how);
+  }
+
+  // sameKind's rare case, out of the hot path: another call, or calls not checked.
+  __attribute__((noinline, cold)) bool otherKind(int peer, uint32_t how) {
+    if ((how & 1) == 0 && !ctx_.checkCalls) return true;
+    if ((how & 1) == 0) {
+      status_ = reportMismatch(
+          ctx_, invalidUsage("rank %d: %s does not match rank %d's call at this point, %s; "
+                             "every rank must make the same collective calls in the same order, "
+                             "with the same count, type, operation and root "
+                             "(CHORUS_CHECK_CALLS=0 turns this check off)",
+                             ctx_.rank, describeCall(tag_).c_str(), peer,
+                             describeCall(region_.call(peer, slot_)).c_str()));
+      return false;
+    }
     status_ = invalidUsage(
         "rank %d: ncclAllReduce (direct all-reduce): rank %d made a collective call on window "
         "buffers (ncclCommWindowRegister) where this rank made this all-reduce on other "
@@ -265,6 +293,10 @@ class HostDirectPrims {
   DataType type_;
   const RedOp& op_;
   RedOp combineOp_;  // op_ with PreMulSum turned into Sum: staged inputs are already scaled
+  CallTag tag_;
+  WaitNote& note_;
+  WaitPlace at_;
+  uint32_t how_ = 0;  // what this rank publishes beside each staged chunk (see stage)
   static constexpr int kPollsBeforeWake = 64;
 
   const char* pending_ = nullptr;
@@ -305,7 +337,11 @@ Status hostAllReduceDirect(const ExecContext& ctx, const CollArgs& args, DirectR
   if (eltSize == 0)
     return invalidArgument("rank %d: ncclAllReduce (direct all-reduce): unknown data type %d",
                            ctx.rank, static_cast<int>(args.type));
-  HostDirectPrims prims(ctx, region, args, stores);
+  WaitPlace at;
+  at.algo = twoShot ? "two-shot" : "one-shot";
+  at.launch = ctx.launch;
+  at.bytesTotal = args.count * eltSize;
+  HostDirectPrims prims(ctx, region, args, stores, noteOf(ctx, 0), at);
   DirectAllReduceShape shape{};
   shape.count = args.count;
   shape.chunkElems = region.bufferBytes() / eltSize;

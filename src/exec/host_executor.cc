@@ -9,6 +9,7 @@
 #include "algorithms/ring_reduce.h"
 #include "algorithms/ring_reduce_scatter.h"
 #include "algorithms/selector.h"
+#include "exec/call_tag.h"
 #include "exec/stream_copy.h"
 
 namespace chorus {
@@ -20,7 +21,8 @@ namespace {
 class HostRingPrims {
  public:
   HostRingPrims(const ExecContext& ctx, HostChannel& ch, const char* input, char* output,
-                DataType type, const RedOp& op, const char* opName, bool streamOutput)
+                DataType type, const RedOp& op, const CallTag& tag, WaitNote& note, WaitPlace at,
+                bool streamOutput)
       : streamOutput_(streamOutput),
         ctx_(ctx),
         ch_(ch),
@@ -29,7 +31,9 @@ class HostRingPrims {
         eltSize_(dataTypeSize(type)),
         type_(type),
         op_(op),
-        opName_(opName) {}
+        tag_(tag),
+        note_(note),
+        at_(at) {}
 
   bool send(size_t in, size_t n) { return step(in, 0, n, kLocal | kSend); }
   bool copySend(size_t in, size_t out, size_t n) { return step(in, out, n, kLocal | kSend | kOut); }
@@ -57,19 +61,25 @@ class HostRingPrims {
     const void* recvSlot = nullptr;
     void* sendSlot = nullptr;
     Code failure = Code::kSuccess;
+    ++at_.step;
     if (useRecv) {
       Waiter w = ctx_.waiter();
       size_t got = 0;
+      if (!ch_.recv.ready()) note_.waiting(at_, ch_.prevRank, WaitFor::kData);
       recvSlot = ch_.recv.wait(w, &got, &failure);
       if (recvSlot == nullptr) return fail(failure, ch_.prevRank, ch_.recvTransport, true);
+      status_ = checkCall(ctx_, tag_, ch_.recv.tag(), ch_.prevRank);
+      if (!status_.isOk()) return false;
       if (got != bytes) {
         status_ = internalError("rank %d: %s expected %zu bytes from rank %d but got %zu",
-                                ctx_.rank, opName_, bytes, ch_.prevRank, got);
+                                ctx_.rank, describeCall(tag_).c_str(), bytes, ch_.prevRank, got);
         return false;
       }
+      at_.bytesDone += got;
     }
     if (useSend) {
       Waiter w = ctx_.waiter();
+      if (!ch_.send.hasRoom()) note_.waiting(at_, ch_.nextRank, WaitFor::kRoom);
       sendSlot = ch_.send.acquire(w, &failure);
       if (sendSlot == nullptr) return fail(failure, ch_.nextRank, ch_.sendTransport, false);
     }
@@ -129,7 +139,7 @@ class HostRingPrims {
     if (timed)
       ch_.sendStream.record(kind, streamSlot, bytes,
                             static_cast<int64_t>(slotStreamTicks() - start));
-    if (useSend) ch_.send.post(bytes);
+    if (useSend) ch_.send.post(bytes, tag_);
     if (useRecv) ch_.recv.release();
     return true;
   }
@@ -141,7 +151,7 @@ class HostRingPrims {
   }
 
   bool fail(Code code, int peer, const char* transport, bool receiving) {
-    status_ = connectorFailure(ctx_, opName_, code, peer, transport, receiving,
+    status_ = connectorFailure(ctx_, tag_, at_, code, peer, transport, receiving,
                                receiving && ch_.recv.peerClosed());
     return false;
   }
@@ -154,25 +164,38 @@ class HostRingPrims {
   size_t eltSize_;
   DataType type_;
   const RedOp& op_;
-  const char* opName_;
+  const CallTag& tag_;
+  WaitNote& note_;
+  WaitPlace at_;
   Status status_;
 };
 
 }  // namespace
 
-Status connectorFailure(const ExecContext& ctx, const char* opName, Code code, int peer,
-                        const char* transport, bool receiving, bool peerClosed) {
+std::string describeWait(const ExecContext& ctx, const CallTag& tag, const WaitPlace& at,
+                         int peer) {
+  return formatString("rank %d waits for rank %d at %s step %u of %s", ctx.rank, peer, at.algo,
+                      at.step, describeCall(tag).c_str());
+}
+
+Status connectorFailure(const ExecContext& ctx, const CallTag& tag, const WaitPlace& at, Code code,
+                        int peer, const char* transport, bool receiving, bool peerClosed) {
+  const std::string where = describeWait(ctx, tag, at, peer);
   if (code == Code::kRemoteError && receiving && peerClosed)
     return remoteError(
-        "rank %d: %s needs more data from rank %d, which closed its %s connection: the peer "
-        "exited or destroyed its communicator before finishing the same collective",
-        ctx.rank, opName, peer, transport);
+        "%s, but that rank closed its %s connection: it exited or destroyed its communicator "
+        "before finishing the same collective",
+        where.c_str(), transport);
   if (code == Code::kRemoteError)
     return remoteError(
-        "rank %d: %s timed out after %.0f s waiting for data %s rank %d over %s; the peer is "
-        "stuck, dead or did not call the same collective (raise CHORUS_TIMEOUT if it is slow)",
-        ctx.rank, opName, ctx.timeoutSeconds, receiving ? "from" : "to", peer, transport);
-  return invalidUsage("rank %d: %s interrupted: the communicator was aborted", ctx.rank, opName);
+        "%s: timed out after %.0f s waiting for %s over %s (%llu of %llu bytes received on "
+        "this channel); the peer is stuck, dead or made another call (raise CHORUS_TIMEOUT if "
+        "it is slow; CHORUS_DUMP=<dir> makes every rank write its pending operations for "
+        "tools/chorus-waitfor)",
+        where.c_str(), ctx.timeoutSeconds, receiving ? "its data" : "room to send to it", transport,
+        static_cast<unsigned long long>(at.bytesDone),
+        static_cast<unsigned long long>(at.bytesTotal));
+  return invalidUsage("%s: interrupted, the communicator was aborted", where.c_str());
 }
 
 namespace {
@@ -216,8 +239,8 @@ void channelSlice(size_t count, size_t eltSize, int c, int nchannels, size_t* be
 // With args.nchannels channels, each moves the same slice of every rank block (blocked: the
 // all-gather output and reduce-scatter input, whose blocks are `count` apart) or of the buffer.
 template <class Shape, class Algo>
-Status runRingChannel(const ExecContext& ctx, const CollArgs& args, int c, const char* opName,
-                      Shape shape, bool blocked, Algo algo) {
+Status runRingChannel(const ExecContext& ctx, const CollArgs& args, int c, Shape shape,
+                      bool blocked, Algo algo) {
   const size_t elt = dataTypeSize(args.type);
   size_t begin = 0, end = args.count;
   if (args.nchannels > 1) channelSlice(args.count, elt, c, args.nchannels, &begin, &end);
@@ -229,9 +252,13 @@ Status runRingChannel(const ExecContext& ctx, const CollArgs& args, int c, const
   const size_t outputBytes = args.count * elt * (blocked ? static_cast<size_t>(ctx.nranks) : 1);
   const bool stream = ctx.streamBytes > 0 && args.sendbuff != args.recvbuff &&
                       outputBytes >= static_cast<size_t>(ctx.streamBytes);
+  WaitPlace at;
+  at.algo = "ring";
+  at.launch = ctx.launch;
+  at.bytesTotal = (end - begin) * elt;
   HostRingPrims prims(ctx, ch, static_cast<const char*>(args.sendbuff) + begin * elt,
-                      static_cast<char*>(args.recvbuff) + begin * elt, args.type, args.op, opName,
-                      stream);
+                      static_cast<char*>(args.recvbuff) + begin * elt, args.type, args.op, args.tag,
+                      noteOf(ctx, c), at, stream);
   shape.count = end - begin;
   shape.chunkElems = ch.send.slotBytes() / elt;
   shape.nranks = ctx.nranks;
@@ -260,20 +287,20 @@ Status hostRingChannel(const ExecContext& ctx, Collective coll, const CollArgs& 
   switch (coll) {
     case Collective::kAllReduce:
       return runRingChannel(
-          ctx, args, channel, "ncclAllReduce", RingAllReduceShape{}, false,
+          ctx, args, channel, RingAllReduceShape{}, false,
           [](HostRingPrims& p, const RingAllReduceShape& s) { return ringAllReduce(p, s); });
     case Collective::kAllGather: {
       RingAllGatherShape shape{};
       shape.ringRanks = ctx.ringRanks;
       copy.op = RedOp();  // blocks are copied, never scaled
       return runRingChannel(
-          ctx, copy, channel, "ncclAllGather", shape, true,
+          ctx, copy, channel, shape, true,
           [](HostRingPrims& p, const RingAllGatherShape& s) { return ringAllGather(p, s); });
     }
     case Collective::kReduceScatter: {
       RingReduceScatterShape shape{};
       shape.ringRanks = ctx.ringRanks;
-      return runRingChannel(ctx, args, channel, "ncclReduceScatter", shape, true,
+      return runRingChannel(ctx, args, channel, shape, true,
                             [](HostRingPrims& p, const RingReduceScatterShape& s) {
                               return ringReduceScatter(p, s);
                             });
@@ -284,14 +311,14 @@ Status hostRingChannel(const ExecContext& ctx, Collective coll, const CollArgs& 
       shape.rootInPlace = args.sendbuff == args.recvbuff;
       copy.op = RedOp();
       return runRingChannel(
-          ctx, copy, channel, "ncclBroadcast", shape, false,
+          ctx, copy, channel, shape, false,
           [](HostRingPrims& p, const RingBroadcastShape& s) { return ringBroadcast(p, s); });
     }
     case Collective::kReduce: {
       RingReduceShape shape{};
       shape.rootIndex = ringPosition(ctx, args.root);
       return runRingChannel(
-          ctx, args, channel, "ncclReduce", shape, false,
+          ctx, args, channel, shape, false,
           [](HostRingPrims& p, const RingReduceShape& s) { return ringReduce(p, s); });
     }
     default:

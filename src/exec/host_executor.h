@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "algorithms/algorithm.h"
@@ -10,8 +11,10 @@
 #include "common/wait.h"
 #include "exec/reduce.h"
 #include "exec/slot_stream.h"
+#include "exec/wait_note.h"
 #include "exec/workers.h"
 #include "transport/connector.h"
+#include "transport/transport.h"
 
 namespace chorus {
 
@@ -41,6 +44,12 @@ struct ExecContext {
   double timeoutSeconds = 0;
   int64_t spinCount = 2000;
   int64_t yieldMicros = 0;  // CHORUS_SPIN_YIELD_US
+  bool checkCalls = true;   // CHORUS_CHECK_CALLS: compare received slots' call tags (call_tag.h)
+  // Told of a mismatch found by one channel, so that every wait of the communicator stops.
+  ErrorSink* errors = nullptr;
+  // One per ring channel (kMaxChannels); algorithms that run on one thread use the first.
+  WaitNote* notes = nullptr;
+  uint64_t launch = 0;      // which launch of the communicator runs (for the notes)
   int64_t streamBytes = 0;  // CHORUS_STREAM_BYTES: outputs this large bypass the caches
   SlotStreamMode slotStream = SlotStreamMode::kAdaptive;  // CHORUS_SLOT_STREAM
   // Window all-reduce (host_window.h): one-shot while nranks x bytes is at most this; in place
@@ -69,6 +78,7 @@ struct CollArgs {
   const void* scalarDevice = nullptr;  // device communicators: PreMulSum scalar in GPU memory
   int root = 0;                        // broadcast and reduce
   int nchannels = 1;  // ring channels to split the call across (at most channels->size())
+  CallTag tag;        // this call, as its slots say (call_tag.h)
 };
 
 // One point-to-point transfer of a group: a send to or a receive from peer. All transfers of a
@@ -80,6 +90,7 @@ struct P2pOp {
   void* recvbuff = nullptr;
   size_t bytes = 0;
   void* stream = nullptr;  // device communicators: the caller's cudaStream_t
+  CallTag tag;             // sendTag of this transfer, numbered per pair and direction
 };
 
 // Connectors to one peer for point-to-point transfers, built when first needed.
@@ -96,9 +107,18 @@ Status hostP2p(const ExecContext& ctx, const std::vector<P2pOp>& ops,
 
 // Why a wait on a connector to or from peer ended without data (the Code a connector wait gave
 // up with): the sending peer closed its connection, the timeout passed, or the communicator was
-// aborted. opName names the collective in the message.
-Status connectorFailure(const ExecContext& ctx, const char* opName, Code code, int peer,
-                        const char* transport, bool receiving, bool peerClosed);
+// aborted. The message names the call (tag), the algorithm and step (note) and the peer.
+Status connectorFailure(const ExecContext& ctx, const CallTag& tag, const WaitPlace& at, Code code,
+                        int peer, const char* transport, bool receiving, bool peerClosed);
+
+// "rank 3 waits for rank 1 at ring step 2 of ncclAllReduce #4711 (1024 x float32, sum)": the
+// start of a message about a wait that did not end.
+std::string describeWait(const ExecContext& ctx, const CallTag& tag, const WaitPlace& at, int peer);
+
+// The note of channel c of ctx (or a spare one).
+inline WaitNote& noteOf(const ExecContext& ctx, int c) {
+  return ctx.notes != nullptr ? ctx.notes[c] : spareWaitNote();
+}
 
 // The one-rank case of every collective: out = finalize(op(in)), or a copy.
 void hostLocal(Collective coll, const CollArgs& args);

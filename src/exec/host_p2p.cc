@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "exec/call_tag.h"
 #include "exec/host_executor.h"
 
 namespace chorus {
@@ -44,9 +45,10 @@ std::string describePending(const std::vector<Transfer>& transfers) {
   for (const Transfer& t : transfers) {
     if (t.finished()) continue;
     if (!text.empty()) text += ", ";
-    text += formatString("%s rank %d (%zu of %zu bytes moved)",
-                         t.op->isSend ? "ncclSend to" : "ncclRecv from", t.op->peer, t.done,
-                         t.op->bytes);
+    text += formatString("%s #%llu %s rank %d (%zu of %zu bytes moved)",
+                         t.op->isSend ? "ncclSend" : "ncclRecv",
+                         static_cast<unsigned long long>(t.op->tag.seq),
+                         t.op->isSend ? "to" : "from", t.op->peer, t.done, t.op->bytes);
   }
   return text;
 }
@@ -82,6 +84,10 @@ Status hostP2p(const ExecContext& ctx, const std::vector<P2pOp>& ops,
   // Only the oldest unfinished transfer per (peer, direction) may move: that keeps call order.
   std::vector<int> busySend(ctx.nranks), busyRecv(ctx.nranks);
   size_t remaining = transfers.size();
+  WaitPlace at;
+  at.algo = "send/recv";
+  at.launch = ctx.launch;
+  for (const Transfer& t : transfers) at.bytesTotal += t.op->bytes;
   Waiter waiter = ctx.waiter();
   // The loop polls every network connector it uses, so it drives their proxies (it never sleeps
   // in the kernel: pauseAny naps).
@@ -115,7 +121,7 @@ Status hostP2p(const ExecContext& ctx, const std::vector<P2pOp>& ops,
         if (slot == nullptr) continue;
         size_t n = std::min(conn.send.slotBytes(), op.bytes - t.done);
         memcpy(slot, static_cast<const char*>(op.sendbuff) + t.done, n);
-        conn.send.post(n);
+        conn.send.post(n, op.tag);
         t.done += n;
       } else {
         size_t n = 0;
@@ -130,6 +136,7 @@ Status hostP2p(const ExecContext& ctx, const std::vector<P2pOp>& ops,
                 ctx.rank, op.peer);
           continue;
         }
+        CHORUS_TRY(checkCall(ctx, op.tag, conn.recv.tag(), op.peer));
         if (n > op.bytes - t.done)
           return invalidArgument(
               "rank %d: ncclRecv of %zu bytes from rank %d received more data than posted: the "
@@ -138,6 +145,7 @@ Status hostP2p(const ExecContext& ctx, const std::vector<P2pOp>& ops,
         memcpy(static_cast<char*>(op.recvbuff) + t.done, slot, n);
         conn.recv.release();
         t.done += n;
+        at.bytesDone += n;
       }
       moved = true;
       if (t.finished()) --remaining;
@@ -146,6 +154,11 @@ Status hostP2p(const ExecContext& ctx, const std::vector<P2pOp>& ops,
       waiter = ctx.waiter();
       continue;
     }
+    for (const Transfer& t : transfers)
+      if (!t.finished()) {
+        noteOf(ctx, 0).waiting(at, t.op->peer, t.op->isSend ? WaitFor::kRoom : WaitFor::kData);
+        break;
+      }
     Code c = waiter.pauseAny();
     if (c == Code::kRemoteError)
       return remoteError(

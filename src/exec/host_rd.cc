@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "algorithms/rd_allreduce.h"
+#include "exec/call_tag.h"
 
 namespace chorus {
 
@@ -12,8 +13,15 @@ namespace {
 // pass into the output.
 class HostRdPrims {
  public:
-  HostRdPrims(const ExecContext& ctx, const CollArgs& args, std::vector<P2pConnection>& conns)
-      : ctx_(ctx), args_(args), conns_(conns), elt_(dataTypeSize(args.type)), combine_(args.op) {
+  HostRdPrims(const ExecContext& ctx, const CollArgs& args, std::vector<P2pConnection>& conns,
+              WaitNote& note, WaitPlace at)
+      : ctx_(ctx),
+        args_(args),
+        conns_(conns),
+        elt_(dataTypeSize(args.type)),
+        combine_(args.op),
+        note_(note),
+        at_(at) {
     // The PreMulSum scalar applies to each rank's own input once, in init; partials only add.
     if (combine_.kind == RedKind::kPreMulSum) combine_.kind = RedKind::kSum;
   }
@@ -38,10 +46,12 @@ class HostRdPrims {
   bool send(int peer, size_t off, size_t n) {
     Waiter w = ctx_.waiter();
     Code failure = Code::kSuccess;
+    ++at_.step;
+    if (!conns_[peer].send.hasRoom()) note_.waiting(at_, peer, WaitFor::kRoom);
     void* slot = conns_[peer].send.acquire(w, &failure);
     if (slot == nullptr) return fail(failure, peer, false);
     memcpy(slot, output(off), n * elt_);
-    conns_[peer].send.post(n * elt_);
+    conns_[peer].send.post(n * elt_, args_.tag);
     return true;
   }
 
@@ -78,11 +88,14 @@ class HostRdPrims {
     Waiter w = ctx_.waiter();
     Code failure = Code::kSuccess;
     size_t got = 0;
+    if (!conns_[peer].recv.ready()) note_.waiting(at_, peer, WaitFor::kData);
     const void* slot = conns_[peer].recv.wait(w, &got, &failure);
     if (slot == nullptr) {
       fail(failure, peer, true);
       return nullptr;
     }
+    status_ = checkCall(ctx_, args_.tag, conns_[peer].recv.tag(), peer);
+    if (!status_.isOk()) return nullptr;
     if (got != n * elt_) {
       status_ = internalError(
           "rank %d: ncclAllReduce (recursive doubling) expected %zu bytes from rank %d but got "
@@ -90,12 +103,13 @@ class HostRdPrims {
           ctx_.rank, n * elt_, peer, got);
       return nullptr;
     }
+    at_.bytesDone += got;
     return slot;
   }
 
   bool fail(Code code, int peer, bool receiving) {
     const P2pConnection& c = conns_[peer];
-    status_ = connectorFailure(ctx_, "ncclAllReduce (recursive doubling)", code, peer,
+    status_ = connectorFailure(ctx_, args_.tag, at_, code, peer,
                                receiving ? c.recvTransport : c.sendTransport, receiving,
                                receiving && c.recv.peerClosed());
     return false;
@@ -106,6 +120,8 @@ class HostRdPrims {
   std::vector<P2pConnection>& conns_;
   size_t elt_;
   RedOp combine_;  // args.op with PreMulSum turned into Sum (inputs are scaled once, in init)
+  WaitNote& note_;
+  WaitPlace at_;
   Status status_;
 };
 
@@ -136,7 +152,11 @@ Status hostAllReduceRd(const ExecContext& ctx, const CollArgs& args,
         !conns[peer].recv.valid())
       return internalError("rank %d: recursive doubling without a connection to rank %d", ctx.rank,
                            peer);
-  HostRdPrims prims(ctx, args, conns);
+  WaitPlace at;
+  at.algo = "recursive-doubling";
+  at.launch = ctx.launch;
+  at.bytesTotal = args.count * dataTypeSize(args.type);
+  HostRdPrims prims(ctx, args, conns, noteOf(ctx, 0), at);
   RdAllReduceShape shape{};
   shape.count = args.count;
   // Every connector has the same slots; a message fills one.

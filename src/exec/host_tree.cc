@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "algorithms/tree_allreduce.h"
+#include "exec/call_tag.h"
 
 namespace chorus {
 
@@ -14,7 +15,7 @@ namespace {
 class HostTreePrims {
  public:
   HostTreePrims(const ExecContext& ctx, TreeLinks& links, const char* input, char* output,
-                DataType type, const RedOp& op)
+                DataType type, const RedOp& op, const CallTag& tag, WaitNote& note, WaitPlace at)
       : ctx_(ctx),
         links_(links),
         input_(input),
@@ -22,7 +23,10 @@ class HostTreePrims {
         eltSize_(dataTypeSize(type)),
         type_(type),
         op_(op),
-        combineOp_(op) {
+        combineOp_(op),
+        tag_(tag),
+        note_(note),
+        at_(at) {
     // A partial already holds its scaled inputs: adding a second child must not scale again.
     if (combineOp_.kind == RedKind::kPreMulSum) combineOp_.kind = RedKind::kSum;
   }
@@ -42,7 +46,7 @@ class HostTreePrims {
       combine(partial[0], input_ + in * eltSize_, up, nullptr, n, op_, false);
       if (nc == 2) combine(partial[1], up, up, nullptr, n, combineOp_, false);
     }
-    t.parent.send.post(bytes);
+    t.parent.send.post(bytes, tag_);
     for (int c = 0; c < nc; ++c) t.children[c].recv.release();
     return true;
   }
@@ -72,7 +76,7 @@ class HostTreePrims {
         memcpy(down[1], dst, bytes);
       }
     }
-    for (int c = 0; c < nc; ++c) t.children[c].send.post(bytes);
+    for (int c = 0; c < nc; ++c) t.children[c].send.post(bytes, tag_);
     for (int c = 0; c < nc; ++c) t.children[c].recv.release();
     return true;
   }
@@ -93,7 +97,7 @@ class HostTreePrims {
       memcpy(dst, result, bytes);
       for (int c = 0; c < nc; ++c) memcpy(down[c], result, bytes);
     }
-    for (int c = 0; c < nc; ++c) t.children[c].send.post(bytes);
+    for (int c = 0; c < nc; ++c) t.children[c].send.post(bytes, tag_);
     t.parent.recv.release();
     return true;
   }
@@ -121,23 +125,29 @@ class HostTreePrims {
     Waiter w = ctx_.waiter();
     Code failure = Code::kSuccess;
     size_t got = 0;
+    ++at_.step;
+    if (!link.recv.ready()) note_.waiting(at_, link.peer, WaitFor::kData);
     const void* slot = link.recv.wait(w, &got, &failure);
     if (slot == nullptr) {
       fail(failure, link, tree, what, true);
       return nullptr;
     }
+    status_ = checkCall(ctx_, tag_, link.recv.tag(), link.peer);
+    if (!status_.isOk()) return nullptr;
     if (got != bytes) {
       status_ = internalError(
           "rank %d: ncclAllReduce (tree %d) expected %zu bytes from rank %d but got %zu", ctx_.rank,
           tree, bytes, link.peer, got);
       return nullptr;
     }
+    at_.bytesDone += got;
     return slot;
   }
 
   void* acquireSend(HostTreeLink& link, int tree, const char* what) {
     Waiter w = ctx_.waiter();
     Code failure = Code::kSuccess;
+    if (!link.send.hasRoom()) note_.waiting(at_, link.peer, WaitFor::kRoom);
     void* slot = link.send.acquire(w, &failure);
     if (slot == nullptr) fail(failure, link, tree, what, false);
     return slot;
@@ -145,23 +155,18 @@ class HostTreePrims {
 
   void fail(Code code, const HostTreeLink& link, int tree, const char* what, bool receiving) {
     const char* transport = receiving ? link.recvTransport : link.sendTransport;
-    if (code == Code::kRemoteError && receiving && link.recv.peerClosed()) {
+    if (code == Code::kRemoteError && (!receiving || !link.recv.peerClosed())) {
+      // Which tree and what it waits for say more than the generic message.
       status_ = remoteError(
-          "rank %d: ncclAllReduce (tree %d) needs %s rank %d, which closed its %s connection: "
-          "the peer exited or destroyed its communicator before finishing the same collective",
-          ctx_.rank, tree, what, link.peer, transport);
-    } else if (code == Code::kRemoteError) {
-      status_ = remoteError(
-          "rank %d: ncclAllReduce (tree %d) timed out after %.0f s %s %s rank %d over %s; the "
-          "peer is stuck, dead or did not call the same collective (raise CHORUS_TIMEOUT if it "
-          "is slow)",
-          ctx_.rank, tree, ctx_.timeoutSeconds, receiving ? "waiting for" : "waiting to send", what,
-          link.peer, transport);
-    } else {
-      status_ =
-          invalidUsage("rank %d: ncclAllReduce (tree %d) interrupted: the communicator was aborted",
-                       ctx_.rank, tree);
+          "%s (tree %d, %s %s): timed out after %.0f s over %s; the peer is stuck, dead or made "
+          "another call (raise CHORUS_TIMEOUT if it is slow; CHORUS_DUMP=<dir> makes every rank "
+          "write its pending operations for tools/chorus-waitfor)",
+          describeWait(ctx_, tag_, at_, link.peer).c_str(), tree,
+          receiving ? "waiting for" : "waiting to send", what, ctx_.timeoutSeconds, transport);
+      return;
     }
+    status_ = connectorFailure(ctx_, tag_, at_, code, link.peer, transport, receiving,
+                               receiving && link.recv.peerClosed());
   }
 
   const ExecContext& ctx_;
@@ -172,6 +177,9 @@ class HostTreePrims {
   DataType type_;
   const RedOp& op_;
   RedOp combineOp_;
+  const CallTag& tag_;
+  WaitNote& note_;
+  WaitPlace at_;
   Status status_;
 };
 
@@ -183,8 +191,13 @@ Status hostAllReduceTree(const ExecContext& ctx, const CollArgs& args, TreeLinks
     hostLocal(Collective::kAllReduce, args);
     return Status::ok();
   }
+  WaitPlace at;
+  at.algo = "tree";
+  at.launch = ctx.launch;
+  at.bytesTotal = args.count * dataTypeSize(args.type);
   HostTreePrims prims(ctx, links, static_cast<const char*>(args.sendbuff),
-                      static_cast<char*>(args.recvbuff), args.type, args.op);
+                      static_cast<char*>(args.recvbuff), args.type, args.op, args.tag,
+                      noteOf(ctx, 0), at);
   TreeAllReduceShape shape{};
   shape.count = args.count;
   size_t slotBytes = links.trees[0].node.parent >= 0 ? links.trees[0].parent.send.slotBytes()

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "algorithms/direct_allreduce.h"
+#include "exec/call_tag.h"
 #include "exec/stream_copy.h"
 #include "transport/shm/direct_region.h"
 
@@ -48,15 +49,21 @@ class WindowCall {
   // Publishes this rank's places and waits for every peer's.
   // Also learns whether any rank makes the call in place.
   bool arrive(const WindowRef& send, const WindowRef& recv) {
+    at_.algo = "window";
+    at_.launch = ctx_.launch;
+    ++at_.step;
     sequence_ = region_.nextSequence();
     slot_ = static_cast<int>(sequence_ % 2);
-    desc_ = describe(coll_, args_);
+    // With calls checked, the whole tag (call_tag.h), so that a rank that made another number
+    // of calls before this one fails too.
+    desc_ = ctx_.checkCalls ? tagDigest(args_.tag) | 1u : describe(coll_, args_);
     DirectCounter& own = region_.counter(ctx_.rank, DirectCounterKind::kStaged);
     const bool inPlace = args_.sendbuff == args_.recvbuff;
     anyInPlace_ = inPlace;
     WindowPlace place{(send.window ? send.window->id : kNoWindow) | (inPlace ? kInPlaceFlag : 0),
                       recv.window ? recv.window->id : kNoWindow, send.offset, recv.offset};
     std::memcpy(own.inlineData[slot_], &place, sizeof(place));
+    region_.call(ctx_.rank, slot_) = args_.tag;
     own.how[slot_].store(desc_, std::memory_order_relaxed);
     own.publish(sequence_);
     for (int q = 0; q < ctx_.nranks; ++q) {
@@ -65,13 +72,14 @@ class WindowCall {
       const uint32_t how =
           region_.counter(q, DirectCounterKind::kStaged).how[slot_].load(std::memory_order_relaxed);
       if (how != desc_) {
-        status_ = invalidUsage(
-            "rank %d: nccl%s on window buffers: rank %d made %s at this point; every rank must "
-            "make "
-            "the same calls (same collective, count, type, operation and root), all of them "
-            "with buffers of windows registered together",
-            ctx_.rank, collectiveName(coll_), q,
-            how == 0 ? "an all-reduce on other buffers" : "another call on window buffers");
+        status_ = reportMismatch(
+            ctx_, invalidUsage("rank %d: %s on window buffers does not match rank %d's call at "
+                               "this point, %s %s; every rank must make the same calls (same "
+                               "collective, count, type, operation and root, in the same "
+                               "order), all of them with buffers of windows registered together",
+                               ctx_.rank, describeCall(args_.tag).c_str(), q,
+                               describeCall(region_.call(q, slot_)).c_str(),
+                               (how & 1) == 0 ? "on other buffers" : "on window buffers"));
         return false;
       }
       anyInPlace_ = anyInPlace_ || (placeOf(q).sendId & kInPlaceFlag) != 0;
@@ -126,20 +134,24 @@ class WindowCall {
     const std::atomic<uint64_t>& value = region_.counter(q, kind).value;
     for (int i = 0; i < kPollsBeforeWait; ++i)
       if (value.load(std::memory_order_acquire) >= target) return true;
+    noteOf(ctx_, 0).waiting(at_, q,
+                            kind == DirectCounterKind::kStaged    ? WaitFor::kStaged
+                            : kind == DirectCounterKind::kReduced ? WaitFor::kReduced
+                                                                  : WaitFor::kDone);
     Waiter w = ctx_.waiter();
     Code c = region_.waitAtLeast(q, kind, target, w);
     if (c == Code::kSuccess) return true;
+    const std::string where = describeWait(ctx_, args_.tag, at_, q);
     if (c == Code::kRemoteError) {
       status_ = remoteError(
-          "rank %d: nccl%s on window buffers timed out after %.0f s waiting for rank %d to %s; the "
-          "peer is stuck, dead or did not make the same call (raise CHORUS_TIMEOUT if it is "
-          "slow)",
-          ctx_.rank, collectiveName(coll_), ctx_.timeoutSeconds, q, what);
+          "%s on window buffers: timed out after %.0f s waiting for it to %s; the peer is "
+          "stuck, dead or did not make the same call (raise CHORUS_TIMEOUT if it is slow; "
+          "CHORUS_DUMP=<dir> makes every rank write its pending operations for "
+          "tools/chorus-waitfor)",
+          where.c_str(), ctx_.timeoutSeconds, what);
     } else {
-      status_ = invalidUsage(
-          "rank %d: nccl%s on window buffers interrupted while waiting for rank %d: the "
-          "communicator was aborted",
-          ctx_.rank, collectiveName(coll_), q);
+      status_ = invalidUsage("%s on window buffers: interrupted, the communicator was aborted",
+                             where.c_str());
     }
     return false;
   }
@@ -167,6 +179,7 @@ class WindowCall {
   uint64_t sequence_ = 0;
   int slot_ = 0;
   uint32_t desc_ = 0;
+  WaitPlace at_;
   bool anyInPlace_ = false;
   Status status_;
 };

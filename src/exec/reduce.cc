@@ -7,6 +7,24 @@
 
 namespace chorus {
 
+const char* redKindName(RedKind kind) {
+  switch (kind) {
+    case RedKind::kSum:
+      return "sum";
+    case RedKind::kProd:
+      return "prod";
+    case RedKind::kMax:
+      return "max";
+    case RedKind::kMin:
+      return "min";
+    case RedKind::kAvg:
+      return "avg";
+    case RedKind::kPreMulSum:
+      return "premulsum";
+  }
+  return "?";
+}
+
 const char* dataTypeName(DataType type) {
   switch (type) {
     case DataType::kInt8:

@@ -37,6 +37,7 @@ const char* dataTypeName(
     DataType type);  // "float", "half", "bfloat16", "f8e4m3", ... as nccl-tests
 
 enum class RedKind : int { kSum = 0, kProd = 1, kMax = 2, kMin = 3, kAvg = 4, kPreMulSum = 5 };
+const char* redKindName(RedKind kind);  // "sum", "prod", ..., "premulsum"
 
 // A resolved reduction: the kind plus what Avg and PreMulSum need.
 struct RedOp {

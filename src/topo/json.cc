@@ -460,6 +460,8 @@ void writeString(const std::string& s, std::string* out) {
 // The shortest decimal text that reads back as the same double; whole numbers without exponent.
 std::string formatDouble(double d) {
   char buf[40];
+  // Negative zero as "0": "-0" would read back as the integer 0 and print differently.
+  if (d == 0) return "0";
   if (d == std::floor(d) && std::fabs(d) < 1e15) {
     snprintf(buf, sizeof(buf), "%.0f", d);
     return buf;

@@ -394,7 +394,10 @@ TEST(ApiErrors, MissingPeerTimesOutWithoutHanging) {
                   ncclRemoteError);
         std::string e = lastError(comm);
         EXPECT_NE(e.find("timed out"), std::string::npos) << e;
-        EXPECT_NE(e.find("rank 1"), std::string::npos) << e;
+        // Who waits for whom, where in which call.
+        EXPECT_NE(e.find("rank 0 waits for rank 1 at "), std::string::npos) << e;
+        EXPECT_NE(e.find(" step 1 of ncclAllReduce #1 (1000 x float, sum)"), std::string::npos)
+            << e;
       });
 }
 

@@ -46,9 +46,18 @@ def comms(request):
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port that was free a moment ago, and so was the next one (Chorus's from_env
+    puts its rendezvous at MASTER_PORT + 1, beside torch's store)."""
+    for _ in range(100):
+        with socket.socket() as s, socket.socket() as t:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            try:
+                t.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no two free loopback ports in a row")
 
 
 def spawn(script, nranks, env_of, timeout=120, args=()):

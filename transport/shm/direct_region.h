@@ -77,6 +77,10 @@ constexpr int kDirectCounterKinds = 3;
 // The start of every segment; the buffers follow at kDirectDataOffset.
 struct DirectHeader {
   DirectCounter counters[kDirectCounterKinds];  // indexed by DirectCounterKind
+  // The call of each parity's staged sequence (call_tag.h), written before the counter: peers
+  // read it only to name the call when its digest (DirectCounter::how) differs from theirs, so
+  // it has a line of its own.
+  alignas(kCacheLine) CallTag calls[2];
   alignas(kCacheLine) uint64_t magic;
   uint64_t bufferBytes;
   int32_t rank;
@@ -119,6 +123,7 @@ class DirectRegion {
   DirectCounter& counter(int r, DirectCounterKind kind) const {
     return headers_[r]->counters[static_cast<int>(kind)];
   }
+  CallTag& call(int r, int slot) const { return headers_[r]->calls[slot]; }
 
   // Waits until rank r's counter reaches at least target. Returns kSuccess, or what the waiter
   // gave up with (kRemoteError: deadline, kInvalidUsage: abort).

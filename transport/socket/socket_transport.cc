@@ -3,8 +3,9 @@
 // posts, and fills receive slots from the sockets. A connector has one or more TCP connections
 // ("streams", CHORUS_SOCKET_NSTREAMS): one stream is often limited well below the link by its
 // congestion window, several share the link. A message (one slot) is cut into one stripe per
-// stream, each sent as an 8-byte message length followed by the stripe; messages under
-// kStripeMinBytes travel whole on stream 0, and stream 0 always carries at least the length.
+// stream, each sent after the message's 32-byte header (its length and the call it belongs to,
+// SlotInfo); messages under kStripeMinBytes travel whole on stream 0, and stream 0 always
+// carries at least the header.
 // Where both ranks of a pair send to each other on a channel (setupRecv's sendsBack on both
 // ends), the two directions share the connections: the lower rank connects, the higher rank
 // sends back on the sockets it accepted. Each side's data then carries the acknowledgements of
@@ -39,8 +40,9 @@ constexpr uint64_t kHelloMagic = 0x43484f5255534443ull;  // "CHORUSDC"
 constexpr int kMaxStreams = 16;
 constexpr uint64_t kStripeMinBytes = 64 * 1024;
 // Bytes a receive side reads from stream 0 at a time when the message part it still needs is
-// smaller than this (its length word, or a small payload).
+// smaller than this (its header, or a small payload).
 constexpr size_t kStageBytes = 4096;
+constexpr size_t kHeadBytes = sizeof(SlotInfo);
 // How long the proxy sleeps with the receiving sockets left to driving threads before it looks
 // whether they still drive. Only data nobody waits for waits this long (a driver about to sleep
 // wakes the proxy); each look is a wake-up that takes a core from the drivers (8 B all-reduce
@@ -86,10 +88,10 @@ void stripeOf(uint64_t bytes, int n, int i, uint64_t* begin, uint64_t* end) {
 struct SocketStream {
   std::shared_ptr<Socket> socket;  // shared by the two directions of a pair (see above)
   int fd() const { return socket->fd(); }
-  uint64_t begin = 0;   // the stripe: message bytes [begin, begin + total - 8)
-  size_t total = 0;     // bytes to move for this message, length included (0: no part)
-  size_t offset = 0;    // bytes moved, length included
-  uint64_t length = 0;  // the length word sent or received on this stream
+  uint64_t begin = 0;  // the stripe: message bytes [begin, begin + total - 8)
+  size_t total = 0;    // bytes to move for this message, header included (0: no part)
+  size_t offset = 0;   // bytes moved, header included
+  SlotInfo head{};     // the header sent or received on this stream: size and call
   bool pending() const { return offset < total; }
 };
 
@@ -103,8 +105,9 @@ struct SocketConn {
   FifoHeader* fifo = nullptr;
   char* data = nullptr;
   uint64_t done = 0;       // slots fully moved
-  bool inMessage = false;  // the stripes of slot `done` are set up (receive: length known)
+  bool inMessage = false;  // the stripes of slot `done` are set up (receive: header known)
   uint64_t msgBytes = 0;   // size of the message in progress
+  CallTag msgTag;          // and the call it belongs to
   bool failed = false;
   uint32_t watched = 0;  // streams in the poll set the proxy sleeps on (bit i: stream i)
   // Receive side: bytes read from stream 0 and not used yet, [stageBegin, stageEnd).
@@ -123,18 +126,20 @@ struct SocketConn {
     return true;
   }
   // Sets up every stream's part of a message of `bytes` bytes.
-  void startMessage(uint64_t bytes) {
+  void startMessage(const SlotInfo& info) {
+    const uint64_t bytes = info.bytes;
     const int n = static_cast<int>(streams.size());
     for (int i = 0; i < n; ++i) {
       SocketStream& st = streams[i];
       uint64_t b, e;
       stripeOf(bytes, n, i, &b, &e);
       st.begin = b;
-      st.total = i == 0 || e > b ? sizeof(uint64_t) + (e - b) : 0;
+      st.total = i == 0 || e > b ? kHeadBytes + (e - b) : 0;
       st.offset = 0;
-      st.length = bytes;
+      st.head = info;
     }
     msgBytes = bytes;
+    msgTag = info.tag;
     inMessage = true;
   }
 };
@@ -400,20 +405,20 @@ class SocketTransport final : public Transport, public ProxyLink {
     uint64_t tail = c.fifo->tail.load(std::memory_order_acquire);
     while (c.done < tail) {
       const uint32_t slot = static_cast<uint32_t>(c.done % ctx_.geometry.nslots);
-      if (!c.inMessage) c.startMessage(c.fifo->slotSize[slot]);
+      if (!c.inMessage) c.startMessage(c.fifo->slots[slot]);
       const char* payload = c.data + size_t(slot) * ctx_.geometry.slotBytes;
       bool complete = true;
       for (SocketStream& st : c.streams) {
         while (st.pending()) {
           struct iovec iov[2];
           int n = 0;
-          if (st.offset < sizeof(uint64_t)) {
-            iov[n].iov_base = reinterpret_cast<char*>(&st.length) + st.offset;
-            iov[n].iov_len = sizeof(uint64_t) - st.offset;
+          if (st.offset < kHeadBytes) {
+            iov[n].iov_base = reinterpret_cast<char*>(&st.head) + st.offset;
+            iov[n].iov_len = kHeadBytes - st.offset;
             ++n;
           }
-          const size_t done = st.offset > sizeof(uint64_t) ? st.offset - sizeof(uint64_t) : 0;
-          const size_t stripe = st.total - sizeof(uint64_t);
+          const size_t done = st.offset > kHeadBytes ? st.offset - kHeadBytes : 0;
+          const size_t stripe = st.total - kHeadBytes;
           if (stripe > done) {
             iov[n].iov_base = const_cast<char*>(payload + st.begin + done);
             iov[n].iov_len = stripe - done;
@@ -445,13 +450,12 @@ class SocketTransport final : public Transport, public ProxyLink {
   // Reads from one stream into its part of the message in progress. Returns the bytes read,
   // 0 when the peer closed the stream, -1 when nothing is there (or on failure: see c.failed).
   // Stream 0 reads through the connection's stage, so that one recv takes a small message's
-  // length and payload together (bytes of the next message stay there for it); what is left
+  // header and payload together (bytes of the next message stay there for it); what is left
   // of a large part is read straight into the slot.
   ssize_t readStream(SocketConn& c, SocketStream& st, char* payload) {
     const size_t want = st.total - st.offset;
     const bool staged = &st == &c.streams[0];
-    if (staged && c.stageBegin == c.stageEnd &&
-        (st.offset < sizeof(uint64_t) || want < kStageBytes)) {
+    if (staged && c.stageBegin == c.stageEnd && (st.offset < kHeadBytes || want < kStageBytes)) {
       ssize_t r = recv(st.fd(), c.stage.get(), kStageBytes, MSG_DONTWAIT);
       if (r <= 0) return recvFailed(c, r);
       c.stageBegin = 0;
@@ -461,12 +465,12 @@ class SocketTransport final : public Transport, public ProxyLink {
       const size_t take = std::min(want, c.stageEnd - c.stageBegin);
       const char* from = c.stage.get() + c.stageBegin;
       size_t used = 0;
-      if (st.offset < sizeof(uint64_t)) {
-        used = std::min(take, sizeof(uint64_t) - st.offset);
-        memcpy(reinterpret_cast<char*>(&st.length) + st.offset, from, used);
+      if (st.offset < kHeadBytes) {
+        used = std::min(take, kHeadBytes - st.offset);
+        memcpy(reinterpret_cast<char*>(&st.head) + st.offset, from, used);
       }
       if (take > used) {
-        const size_t done = st.offset + used - sizeof(uint64_t);
+        const size_t done = st.offset + used - kHeadBytes;
         memcpy(payload + st.begin + done, from + used, take - used);
       }
       c.stageBegin += take;
@@ -474,11 +478,11 @@ class SocketTransport final : public Transport, public ProxyLink {
       return static_cast<ssize_t>(take);
     }
     ssize_t r;
-    if (st.offset < sizeof(uint64_t)) {
-      r = recv(st.fd(), reinterpret_cast<char*>(&st.length) + st.offset,
-               sizeof(uint64_t) - st.offset, MSG_DONTWAIT);
+    if (st.offset < kHeadBytes) {
+      r = recv(st.fd(), reinterpret_cast<char*>(&st.head) + st.offset, kHeadBytes - st.offset,
+               MSG_DONTWAIT);
     } else {
-      const size_t done = st.offset - sizeof(uint64_t);
+      const size_t done = st.offset - kHeadBytes;
       r = recv(st.fd(), payload + st.begin + done, want, MSG_DONTWAIT);
     }
     if (r <= 0) return recvFailed(c, r);
@@ -500,9 +504,9 @@ class SocketTransport final : public Transport, public ProxyLink {
       const uint32_t slot = static_cast<uint32_t>(c.done % ctx_.geometry.nslots);
       char* payload = c.data + size_t(slot) * ctx_.geometry.slotBytes;
       if (!c.inMessage) {
-        // The next message starts with its length on stream 0.
+        // The next message starts with its header on stream 0.
         SocketStream& first = c.streams[0];
-        first.total = sizeof(uint64_t);
+        first.total = kHeadBytes;
         ssize_t r = readStream(c, first, payload);
         if (r < 0) return moved;
         if (r == 0) {
@@ -520,20 +524,21 @@ class SocketTransport final : public Transport, public ProxyLink {
           return moved;
         }
         moved = true;
-        if (first.offset < sizeof(uint64_t)) continue;
-        const uint64_t bytes = first.length;
+        if (first.offset < kHeadBytes) continue;
+        const uint64_t bytes = first.head.bytes;
         if (bytes > ctx_.geometry.slotBytes) {
           fail(c, internalError("message of %llu bytes exceeds the %u-byte slot",
                                 static_cast<unsigned long long>(bytes), ctx_.geometry.slotBytes));
           return moved;
         }
-        c.startMessage(bytes);
-        first.offset = sizeof(uint64_t);
+        const SlotInfo head = first.head;
+        c.startMessage(head);
+        first.offset = kHeadBytes;
       }
       bool complete = true;
       for (SocketStream& st : c.streams) {
         while (st.pending()) {
-          const bool hadLength = st.offset >= sizeof(uint64_t);
+          const bool hadLength = st.offset >= kHeadBytes;
           ssize_t r = readStream(c, st, payload);
           if (c.failed) return moved;
           if (r < 0) break;
@@ -542,17 +547,19 @@ class SocketTransport final : public Transport, public ProxyLink {
             return moved;
           }
           moved = true;
-          if (!hadLength && st.offset >= sizeof(uint64_t) && st.length != c.msgBytes) {
-            fail(c, internalError("streams of one message disagree on its length (%llu, %llu)",
-                                  static_cast<unsigned long long>(st.length),
-                                  static_cast<unsigned long long>(c.msgBytes)));
+          if (!hadLength && st.offset >= kHeadBytes &&
+              (st.head.bytes != c.msgBytes || st.head.tag != c.msgTag)) {
+            fail(c,
+                 internalError("streams of one message disagree on its header (%llu, %llu bytes)",
+                               static_cast<unsigned long long>(st.head.bytes),
+                               static_cast<unsigned long long>(c.msgBytes)));
             return moved;
           }
         }
         complete = complete && !st.pending();
       }
       if (!complete) return moved;
-      c.fifo->slotSize[slot] = c.msgBytes;
+      c.fifo->slots[slot] = SlotInfo{c.msgBytes, c.msgTag};
       c.inMessage = false;
       for (SocketStream& st : c.streams) st.offset = st.total = 0;
       ++c.done;
@@ -585,7 +592,7 @@ class SocketTransport final : public Transport, public ProxyLink {
 
   // The streams of c whose readiness lets data move: none unless a send side has posted data
   // the sockets did not take or a receive side has a free slot; then the streams whose part of
-  // the message in progress is unfinished, or between messages stream 0 (receive: the length
+  // the message in progress is unfinished, or between messages stream 0 (receive: the header
   // comes first) or every stream (send).
   uint32_t streamsToWatch(const SocketConn& c) const {
     if (c.failed || (!c.isSend && recvLeftToDrivers_)) return 0;
