@@ -5,10 +5,11 @@
 #   tools/dev.sh perf   install, build, then the main job: all_reduce_perf on 2 local ranks
 #   tools/dev.sh test   install, build, then the whole test suite (what CI runs)
 #   tools/dev.sh build  install and build only
-#   tools/dev.sh sanitize [address|thread]
+#   tools/dev.sh sanitize [address|thread] [quick]
 #                       the test suite built with AddressSanitizer and UndefinedBehaviorSanitizer
 #                       (the default) or ThreadSanitizer, in SAN_BUILD_DIR (default
-#                       build-<kind>san); any report fails the run
+#                       build-<kind>san); any report fails the run. quick: only the suites
+#                       that `test` also runs this way (unit, fuzz, failures and mismatches)
 #   tools/dev.sh fuzz [runs]
 #                       the libFuzzer targets of tests/fuzz (clang, AddressSanitizer and
 #                       UndefinedBehaviorSanitizer) in FUZZ_BUILD_DIR (default build-fuzz), each
@@ -66,6 +67,8 @@ case "${1:-}" in
     build
     # shellcheck disable=SC2086
     meson test -C "$BUILD_DIR" --print-errorlogs --num-processes "$JOBS" ${MESON_TEST_ARGS:-}
+    # Then the quick sanitizer pass (SANITIZE=0 leaves it out).
+    if [ "${SANITIZE:-1}" != 0 ]; then "$PWD/tools/dev.sh" sanitize address quick; fi
     ;;
   sanitize)
     kind=${2:-address}
@@ -81,7 +84,24 @@ case "${1:-}" in
       meson setup "$SAN_BUILD_DIR" -Db_sanitize="$sanitize" -Db_lundef=false -Dcuda=disabled \
         -Dbenchmarks=disabled -Dbuildtype=debugoptimized
     fi
-    meson compile -C "$SAN_BUILD_DIR" -j "$JOBS"
+    # quick: the unit tests (but the symbolic plan tests), the fuzz targets over their seeds,
+    # and the multi-rank tests of failures and mismatches (threads and forked processes, shared
+    # memory and sockets).
+    quick_tests=()
+    if [ "${3:-}" = quick ]; then
+      # Each line: a test's name and the target that builds its program.
+      quick=$(meson introspect "$SAN_BUILD_DIR" --tests | python3 -c '
+import json, os, sys
+for t in json.load(sys.stdin):
+    # The symbolic plan tests are pure logic and run for minutes instrumented: left out.
+    unit = "chorus:unit" in t["suite"] and not t["name"].endswith("_plans")
+    if unit or t["name"] in ("test_mismatch", "test_faults", "test_api_errors"):
+        print(t["name"], os.path.relpath(t["cmd"][0], sys.argv[1]))' "$SAN_BUILD_DIR")
+      quick_tests=($(echo "$quick" | cut -d' ' -f1))
+      meson compile -C "$SAN_BUILD_DIR" -j "$JOBS" $(echo "$quick" | cut -d' ' -f2 | sort -u)
+    else
+      meson compile -C "$SAN_BUILD_DIR" -j "$JOBS"
+    fi
     supp="$PWD/tools/sanitizers"
     export ASAN_OPTIONS=fast_unwind_on_malloc=0:detect_leaks=1
     export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
@@ -93,7 +113,9 @@ case "${1:-}" in
       meson test -C "$SAN_BUILD_DIR" --print-errorlogs --num-processes "$JOBS" \
         --timeout-multiplier 8 ${MESON_TEST_ARGS:-} "$@"
     }
-    if [ "$kind" = thread ]; then
+    if [ ${#quick_tests[@]} -gt 0 ]; then
+      san_test --no-rebuild "${quick_tests[@]}"
+    elif [ "$kind" = thread ]; then
       # ThreadSanitizer cannot follow a fork from a process that still runs threads, and the
       # API-misuse tests leave rendezvous roots waiting for ranks that never come: the tests
       # that fork ranks after them run in a process of their own.

@@ -31,6 +31,7 @@ void fifoInit(void* memory, const FifoGeometry& geometry) {
   h->slotBytes = geometry.slotBytes;
   h->magic = kFifoMagic;
   h->peerClosed.store(0, std::memory_order_relaxed);
+  h->peerError[0] = '\0';
   h->proxy = nullptr;
   std::atomic_thread_fence(std::memory_order_release);
 }

@@ -14,6 +14,7 @@
 namespace chorus {
 
 constexpr int kMaxFifoSlots = 64;
+constexpr size_t kPeerErrorBytes = 256;
 
 // The link between local FIFOs and the proxy thread at their far end (network transports).
 // Threads that post to or wait on such a FIFO drive the proxy's progress themselves when it is
@@ -139,6 +140,9 @@ struct FifoHeader {
   uint64_t magic;
   // Set by a proxy when the sending peer closed its connection cleanly: nothing more will come.
   std::atomic<uint32_t> peerClosed;
+  // Written before peerClosed when the peer said why it closed (its communicator failed):
+  // NUL-terminated text, empty otherwise.
+  char peerError[kPeerErrorBytes];
   // The proxy at the far end of a local FIFO, or null.
   ProxyLink* proxy;
   // Each slot's size and call, written before tail is published.
@@ -288,6 +292,8 @@ class RecvConnector {
     return data_ + (head_ % nslots_) * slotBytes_;
   }
   bool peerClosed() const { return header_->peerClosed.load(std::memory_order_acquire) != 0; }
+  // Why the peer closed, when it said (see FifoHeader::peerError); "" otherwise.
+  const char* peerError() const { return peerClosed() ? header_->peerError : ""; }
   // Releases the slot returned by wait.
   void release() {
     ++head_;

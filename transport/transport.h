@@ -51,6 +51,9 @@ class ErrorSink {
  public:
   virtual ~ErrorSink() = default;
   virtual void reportAsyncError(const Status& status) = 0;
+  // Why the communicator stopped (its error, or that it was aborted), for the notice a network
+  // transport sends its peers as it closes its connections.
+  virtual std::string failureText() const { return std::string(); }
 };
 
 struct TransportContext {

@@ -53,6 +53,16 @@ class SocketBootstrap final : public Bootstrap {
 
   int rank() const override { return rank_; }
   int nranks() const override { return nranks_; }
+  bool peerGone(int peer) const override {
+    if (peer < 0 || peer >= nranks_) return false;
+    for (const Socket* sock :
+         {&inbound_[static_cast<size_t>(peer)].sock, &outbound_[static_cast<size_t>(peer)]}) {
+      if (!sock->valid()) continue;
+      pollfd p{sock->fd(), POLLRDHUP, 0};
+      if (poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) return true;
+    }
+    return false;
+  }
   const sockaddr_storage& localAddress() const override { return localAddress_; }
 
   Status allGather(void* data, size_t bytesPerRank) override;

@@ -84,6 +84,12 @@ class Bootstrap {
   virtual void setAbort(const AbortFlag* abort) = 0;
   // The address other ranks can reach this rank at (the interface bootstrap chose).
   virtual const sockaddr_storage& localAddress() const = 0;
+  // True when peer's connections with this rank were closed from its end (its process ended,
+  // or it destroyed its communicator): for waits outside the bootstrap that the peer ends.
+  virtual bool peerGone(int peer) const {
+    (void)peer;
+    return false;
+  }
 };
 
 }  // namespace chorus

@@ -116,6 +116,8 @@ Communicator::Communicator(int rank, int nranks, const CommOptions& options)
 
 Communicator::~Communicator() {
   dumpUnregister(this);
+  // Shared-memory names a peer that died made before its peers could remove them.
+  if (hasAsyncError_.load() || abort_.isRaised()) removeLeftNames();
   // The watch first: it reports into this communicator. Then idle channel workers. The
   // proxies then deliver what was posted (peers may still be receiving the end of the last
   // collective), and stop before the members they report errors to go away.
@@ -566,6 +568,8 @@ Status Communicator::ensureDirect() {
 
 Status Communicator::run(HostWork* works, size_t n) {
   CHORUS_TRY(checkUsable());
+  if (lastCallFailed_.load(std::memory_order_relaxed))
+    lastCallFailed_.store(false, std::memory_order_relaxed);
   for (size_t k = 0; k < n; ++k)
     works[k].args.tag = collectiveTag(works[k].coll, works[k].args, ++collectiveCalls_);
   // For dumps and the local peers' watch.
@@ -609,8 +613,12 @@ Status Communicator::run(HostWork* works, size_t n) {
     if (s.isOk() && tree) s = connectTrees();
     if (s.isOk() && direct) s = ensureDirect();
     if (s.isOk() && rd) s = connectRd();
-    if (!s.isOk())
-      return explain(s.withContext(formatString("rank %d: connecting for a collective", rank_)));
+    if (!s.isOk()) {
+      s = s.withContext(formatString("rank %d: connecting for a collective", rank_));
+      // Ranks that connected go on to wait for this one: the communicator fails.
+      failIfOutOfStep(s);
+      return explain(s);
+    }
   }
   LaunchResources resources;
   resources.trees = treesConnected_ ? &trees_ : nullptr;
@@ -623,6 +631,7 @@ Status Communicator::run(HostWork* works, size_t n) {
   Status s = hostLaunch(exec_, works, n, resources);
   if (!s.isOk()) {
     writeDump("failure", s.message());
+    failIfOutOfStep(s);
     return explain(s);
   }
   return s;
@@ -650,6 +659,8 @@ Status Communicator::connectP2p(const std::vector<P2pOp>& ops) {
 
 Status Communicator::p2p(const std::vector<P2pOp>& ops) {
   CHORUS_TRY(checkUsable());
+  if (lastCallFailed_.load(std::memory_order_relaxed))
+    lastCallFailed_.store(false, std::memory_order_relaxed);
   if (device_) return runDeviceP2p(ops);
   Status s = connectP2p(ops);
   if (!s.isOk()) {
@@ -663,6 +674,7 @@ Status Communicator::p2p(const std::vector<P2pOp>& ops) {
         "rank %d: connecting for %s (each peer must post its matching calls, in a group when "
         "several depend on each other)",
         rank_, peers.c_str()));
+    failIfOutOfStep(s, true);
   }
   if (s.isOk()) {
     // Each transfer says which send between its two ranks it is (call_tag.h).
@@ -678,90 +690,14 @@ Status Communicator::p2p(const std::vector<P2pOp>& ops) {
     callChannels_.store(1, std::memory_order_relaxed);
     nextLaunch();
     s = hostP2p(exec_, tagged, p2pConns_);
-    if (!s.isOk()) writeDump("failure", s.message());
+    if (!s.isOk()) {
+      writeDump("failure", s.message());
+      failIfOutOfStep(s);
+    }
     activity_.store(kIdle, std::memory_order_relaxed);
   }
   if (!s.isOk()) return explain(s);
   return s;
-}
-
-// Every rank passes the same two barriers (whatever its own settings), so that ranks which
-// watch and ranks which do not still meet; a rank watches the local peers whose lock files it
-// finds.
-Status Communicator::startPeerWatch(bool anyShmDisabled) {
-  const int64_t intervalMs = paramInt("PEER_WATCH_MS");
-  std::vector<PeerWatch::Peer> local;
-  for (int r = 0; r < nranks_; ++r)
-    if (r != rank_ && peers_[r].hostId == peers_[rank_].hostId) local.push_back({r, peers_[r].pid});
-  const bool wanted = !local.empty() && !anyShmDisabled && intervalMs > 0;
-  const std::string prefix = "/chorus-" + transportCtx_.commTag;
-  std::unique_ptr<PeerWatch> watch;
-  if (wanted) {
-    Result<std::unique_ptr<PeerWatch>> w = PeerWatch::create(prefix, rank_);
-    // Without its lock a rank is only not watched by its peers: say so and go on.
-    if (w.isOk())
-      watch = w.take();
-    else
-      LOG_WARN(kSubsysInit, "rank %d: no liveness lock: %s", rank_, w.status().message().c_str());
-  }
-  CHORUS_TRY(bootstrap_->barrier());
-  if (watch) {
-    // The local peers compare this rank's calls with theirs (peer_watch.h).
-    watch->setCurrentCall([this] { return currentCall(); }, paramInt("CHECK_CALLS") != 0);
-    CHORUS_TRY(watch->watch(local, static_cast<int>(intervalMs),
-                            [this](const Status& s) { reportAsyncError(s); }));
-  }
-  CHORUS_TRY(bootstrap_->barrier());
-  if (watch) {
-    watch->unlinkOwn();
-    std::lock_guard<std::mutex> lock(mutex_);
-    peerWatch_ = std::move(watch);
-  }
-  return Status::ok();
-}
-
-Status Communicator::explain(const Status& failure) const {
-  Status async = asyncError();
-  if (!async.isOk()) return async;
-  return failure;
-}
-
-Status Communicator::checkUsable() const {
-  Status async = asyncError();
-  if (!async.isOk()) return async;
-  if (abort_.isRaised()) return invalidUsage("rank %d: the communicator was aborted", rank_);
-  if (finalized_.load())
-    return invalidUsage("rank %d: the communicator was finalized; only ncclCommDestroy may follow",
-                        rank_);
-  return Status::ok();
-}
-
-Status Communicator::asyncError() const {
-  // Calls ask on every collective: a flag spares them the lock while nothing went wrong.
-  if (!hasAsyncError_.load(std::memory_order_acquire)) {
-    if (device_) return device_->asyncError();
-    return Status::ok();
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  return asyncError_;
-}
-
-void Communicator::reportAsyncError(const Status& status) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!asyncError_.isOk()) return;
-    // Messages from the executors already start with this rank.
-    const std::string self = formatString("rank %d:", rank_);
-    asyncError_ = status.message().compare(0, self.size(), self) == 0
-                      ? status
-                      : status.withContext(formatString("rank %d", rank_));
-    hasAsyncError_.store(true, std::memory_order_release);
-    // The local peers' communicators fail too (their calls would wait for this rank).
-    if (peerWatch_) peerWatch_->publishFailure(asyncError_.message());
-  }
-  abort_.raise();
-  // Kernels waiting for a peer that is gone stop too.
-  if (device_) device_->abort();
 }
 
 Status Communicator::finalize() {

@@ -102,6 +102,7 @@ class Communicator final : public ErrorSink {
   Status checkUsable() const;
   Status asyncError() const;
   void reportAsyncError(const Status& status) override;
+  std::string failureText() const override;
   void abort() {
     abort_.raise();
     if (device_) device_->abort();
@@ -139,6 +140,10 @@ class Communicator final : public ErrorSink {
   Status connectTrees();
   Status connectP2p(const std::vector<P2pOp>& ops);
   Transport* transportFor(const PeerInfo& peer);
+  void failIfOutOfStep(const Status& failure, bool connecting = false);
+  // Unlinks every shared-memory name of this communicator still in /dev/shm (a failed one's
+  // peers may have died between making a name and the exchange that removes it).
+  void removeLeftNames() const;
   // Turns an executor failure into the error the user should see (the async cause first).
   Status explain(const Status& failure) const;
   Status startPeerWatch(bool anyShmDisabled);
@@ -211,7 +216,11 @@ class Communicator final : public ErrorSink {
   size_t windowMinBytes_ = 0;    // CHORUS_WINDOW_MIN_BYTES
   uint32_t windowLogged_ = 0;    // collectives whose first in-place call was logged
 
-  mutable std::mutex mutex_;  // guards asyncError_ and lastError_
+  // The last call failed on a peer (failIfOutOfStep) and why, for failureText; cleared by the
+  // next call.
+  std::atomic<bool> lastCallFailed_{false};
+  Status lastFailure_;        // guarded by mutex_
+  mutable std::mutex mutex_;  // guards asyncError_, lastFailure_ and lastError_
   Status asyncError_;
   std::atomic<bool> hasAsyncError_{false};  // set once asyncError_ holds an error
   std::string lastError_;

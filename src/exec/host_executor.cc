@@ -152,7 +152,7 @@ class HostRingPrims {
 
   bool fail(Code code, int peer, const char* transport, bool receiving) {
     status_ = connectorFailure(ctx_, tag_, at_, code, peer, transport, receiving,
-                               receiving && ch_.recv.peerClosed());
+                               receiving && ch_.recv.peerClosed(), ch_.recv.peerError());
     return false;
   }
 
@@ -179,8 +179,12 @@ std::string describeWait(const ExecContext& ctx, const CallTag& tag, const WaitP
 }
 
 Status connectorFailure(const ExecContext& ctx, const CallTag& tag, const WaitPlace& at, Code code,
-                        int peer, const char* transport, bool receiving, bool peerClosed) {
+                        int peer, const char* transport, bool receiving, bool peerClosed,
+                        const char* peerError) {
   const std::string where = describeWait(ctx, tag, at, peer);
+  if (code == Code::kRemoteError && receiving && peerClosed && peerError[0] != '\0')
+    return remoteError("%s, but that rank closed its %s connection: its communicator failed (%s)",
+                       where.c_str(), transport, peerError);
   if (code == Code::kRemoteError && receiving && peerClosed)
     return remoteError(
         "%s, but that rank closed its %s connection: it exited or destroyed its communicator "
@@ -188,8 +192,8 @@ Status connectorFailure(const ExecContext& ctx, const CallTag& tag, const WaitPl
         where.c_str(), transport);
   if (code == Code::kRemoteError)
     return remoteError(
-        "%s: timed out after %.0f s waiting for %s over %s (%llu of %llu bytes received on "
-        "this channel); the peer is stuck, dead or made another call (raise CHORUS_TIMEOUT if "
+        "%s: timed out after %.0f s waiting for %s over %s (%llu of about %llu bytes received "
+        "on this channel); the peer is stuck, dead or made another call (raise CHORUS_TIMEOUT if "
         "it is slow; CHORUS_DUMP=<dir> makes every rank write its pending operations for "
         "tools/chorus-waitfor)",
         where.c_str(), ctx.timeoutSeconds, receiving ? "its data" : "room to send to it", transport,
@@ -239,8 +243,11 @@ void channelSlice(size_t count, size_t eltSize, int c, int nchannels, size_t* be
 // With args.nchannels channels, each moves the same slice of every rank block (blocked: the
 // all-gather output and reduce-scatter input, whose blocks are `count` apart) or of the buffer.
 template <class Shape, class Algo>
-Status runRingChannel(const ExecContext& ctx, const CollArgs& args, int c, Shape shape,
-                      bool blocked, Algo algo) {
+// recvShare: the bytes this rank receives on a channel over the call, per byte of the
+// channel's slice (for the wait notes: all-reduce 2(n-1)/n, all-gather and reduce-scatter n-1,
+// broadcast and reduce 1, or 0 where the rank only sends).
+Status runRingChannel(const ExecContext& ctx, const CollArgs& args, int c, double recvShare,
+                      Shape shape, bool blocked, Algo algo) {
   const size_t elt = dataTypeSize(args.type);
   size_t begin = 0, end = args.count;
   if (args.nchannels > 1) channelSlice(args.count, elt, c, args.nchannels, &begin, &end);
@@ -255,7 +262,7 @@ Status runRingChannel(const ExecContext& ctx, const CollArgs& args, int c, Shape
   WaitPlace at;
   at.algo = "ring";
   at.launch = ctx.launch;
-  at.bytesTotal = (end - begin) * elt;
+  at.bytesTotal = static_cast<uint64_t>(recvShare * static_cast<double>((end - begin) * elt));
   HostRingPrims prims(ctx, ch, static_cast<const char*>(args.sendbuff) + begin * elt,
                       static_cast<char*>(args.recvbuff) + begin * elt, args.type, args.op, args.tag,
                       noteOf(ctx, c), at, stream);
@@ -287,20 +294,20 @@ Status hostRingChannel(const ExecContext& ctx, Collective coll, const CollArgs& 
   switch (coll) {
     case Collective::kAllReduce:
       return runRingChannel(
-          ctx, args, channel, RingAllReduceShape{}, false,
+          ctx, args, channel, 2.0 * (ctx.nranks - 1) / ctx.nranks, RingAllReduceShape{}, false,
           [](HostRingPrims& p, const RingAllReduceShape& s) { return ringAllReduce(p, s); });
     case Collective::kAllGather: {
       RingAllGatherShape shape{};
       shape.ringRanks = ctx.ringRanks;
       copy.op = RedOp();  // blocks are copied, never scaled
       return runRingChannel(
-          ctx, copy, channel, shape, true,
+          ctx, copy, channel, ctx.nranks - 1, shape, true,
           [](HostRingPrims& p, const RingAllGatherShape& s) { return ringAllGather(p, s); });
     }
     case Collective::kReduceScatter: {
       RingReduceScatterShape shape{};
       shape.ringRanks = ctx.ringRanks;
-      return runRingChannel(ctx, args, channel, shape, true,
+      return runRingChannel(ctx, args, channel, ctx.nranks - 1, shape, true,
                             [](HostRingPrims& p, const RingReduceScatterShape& s) {
                               return ringReduceScatter(p, s);
                             });
@@ -311,14 +318,16 @@ Status hostRingChannel(const ExecContext& ctx, Collective coll, const CollArgs& 
       shape.rootInPlace = args.sendbuff == args.recvbuff;
       copy.op = RedOp();
       return runRingChannel(
-          ctx, copy, channel, shape, false,
+          ctx, copy, channel, args.root == ctx.rank ? 0.0 : 1.0, shape, false,
           [](HostRingPrims& p, const RingBroadcastShape& s) { return ringBroadcast(p, s); });
     }
     case Collective::kReduce: {
       RingReduceShape shape{};
       shape.rootIndex = ringPosition(ctx, args.root);
+      // The rank after the root on the ring starts the chain: it only sends.
+      const bool first = ctx.ringIndex == (shape.rootIndex + 1) % ctx.nranks;
       return runRingChannel(
-          ctx, args, channel, shape, false,
+          ctx, args, channel, first ? 0.0 : 1.0, shape, false,
           [](HostRingPrims& p, const RingReduceShape& s) { return ringReduce(p, s); });
     }
     default:

@@ -108,8 +108,10 @@ Status hostP2p(const ExecContext& ctx, const std::vector<P2pOp>& ops,
 // Why a wait on a connector to or from peer ended without data (the Code a connector wait gave
 // up with): the sending peer closed its connection, the timeout passed, or the communicator was
 // aborted. The message names the call (tag), the algorithm and step (note) and the peer.
+// peerError: why the peer closed, when it said (RecvConnector::peerError).
 Status connectorFailure(const ExecContext& ctx, const CallTag& tag, const WaitPlace& at, Code code,
-                        int peer, const char* transport, bool receiving, bool peerClosed);
+                        int peer, const char* transport, bool receiving, bool peerClosed,
+                        const char* peerError = "");
 
 // "rank 3 waits for rank 1 at ring step 2 of ncclAllReduce #4711 (1024 x float32, sum)": the
 // start of a message about a wait that did not end.

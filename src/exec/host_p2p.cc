@@ -131,9 +131,11 @@ Status hostP2p(const ExecContext& ctx, const std::vector<P2pOp>& ops,
         if (slot == nullptr) {
           if (conn.recv.peerClosed())
             return remoteError(
-                "rank %d: ncclRecv from rank %d: the peer closed its connection "
-                "before sending the data",
-                ctx.rank, op.peer);
+                "rank %d: ncclRecv #%llu from rank %d: the peer closed its connection before "
+                "sending the data%s%s%s",
+                ctx.rank, static_cast<unsigned long long>(op.tag.seq), op.peer,
+                conn.recv.peerError()[0] != '\0' ? " (its communicator failed: " : "",
+                conn.recv.peerError(), conn.recv.peerError()[0] != '\0' ? ")" : "");
           continue;
         }
         CHORUS_TRY(checkCall(ctx, op.tag, conn.recv.tag(), op.peer));

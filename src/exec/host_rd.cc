@@ -111,7 +111,7 @@ class HostRdPrims {
     const P2pConnection& c = conns_[peer];
     status_ = connectorFailure(ctx_, args_.tag, at_, code, peer,
                                receiving ? c.recvTransport : c.sendTransport, receiving,
-                               receiving && c.recv.peerClosed());
+                               receiving && c.recv.peerClosed(), c.recv.peerError());
     return false;
   }
 

@@ -166,7 +166,7 @@ class HostTreePrims {
       return;
     }
     status_ = connectorFailure(ctx_, tag_, at_, code, link.peer, transport, receiving,
-                               receiving && link.recv.peerClosed());
+                               receiving && link.recv.peerClosed(), link.recv.peerError());
   }
 
   const ExecContext& ctx_;

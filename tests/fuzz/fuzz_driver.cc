@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "fuzz.h"
+#include "tests/xorshift.h"
 
 namespace {
 
@@ -39,16 +40,7 @@ void readSeeds(const std::string& path, std::vector<Bytes>* out) {
   out->emplace_back(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    return s;
-  }
-  size_t below(size_t n) { return n == 0 ? 0 : static_cast<size_t>(next() % n); }
-};
+using Rng = chorus_test::Xorshift;
 
 // Interesting bytes for text and binary formats alike.
 const uint8_t kSpecial[] = {0,   1,   0x7f, 0x80, 0xff, '"', '\\', ',', ':', '[',

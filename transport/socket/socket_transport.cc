@@ -29,20 +29,25 @@
 #include "common/log.h"
 #include "common/param.h"
 #include "common/socket.h"
+#include "transport/socket/socket_conn.h"
 #include "transport/transport.h"
 
 namespace chorus {
 
 namespace {
 
+using namespace socket_detail;
+
 constexpr uint64_t kHelloMagic = 0x43484f5255534443ull;  // "CHORUSDC"
 
 constexpr int kMaxStreams = 16;
-constexpr uint64_t kStripeMinBytes = 64 * 1024;
 // Bytes a receive side reads from stream 0 at a time when the message part it still needs is
 // smaller than this (its header, or a small payload).
 constexpr size_t kStageBytes = 4096;
-constexpr size_t kHeadBytes = sizeof(SlotInfo);
+// CallTag::what of a failure notice: the message a failed or aborted communicator sends on
+// each connection before closing it, holding why (text, at most kPeerErrorBytes - 1 bytes),
+// which the receiver keeps for its error message instead of a slot. Above every real tag.
+constexpr uint32_t kFailNoticeKind = 0xfa110000u;
 // How long the proxy sleeps with the receiving sockets left to driving threads before it looks
 // whether they still drive. Only data nobody waits for waits this long (a driver about to sleep
 // wakes the proxy); each look is a wake-up that takes a core from the drivers (8 B all-reduce
@@ -65,84 +70,6 @@ struct SocketInfo {
   int32_t sendsBack;  // the receiver also sends to the sender on this channel
 };
 static_assert(sizeof(SocketInfo) <= sizeof(ConnectInfo), "SocketInfo must fit a ConnectInfo");
-
-struct AlignedFree {
-  void operator()(void* p) const { free(p); }
-};
-
-// The bytes [*begin, *end) of a message of `bytes` bytes that stream i of n carries.
-void stripeOf(uint64_t bytes, int n, int i, uint64_t* begin, uint64_t* end) {
-  if (n == 1 || bytes < kStripeMinBytes) {
-    *begin = 0;
-    *end = i == 0 ? bytes : 0;
-    return;
-  }
-  uint64_t per = (bytes + static_cast<uint64_t>(n) - 1) / static_cast<uint64_t>(n);
-  per = (per + 4095) & ~uint64_t(4095);
-  uint64_t b = per * static_cast<uint64_t>(i), e = b + per;
-  *begin = b < bytes ? b : bytes;
-  *end = e < bytes ? e : bytes;
-}
-
-// One TCP connection of a connector and its part of the message in progress.
-struct SocketStream {
-  std::shared_ptr<Socket> socket;  // shared by the two directions of a pair (see above)
-  int fd() const { return socket->fd(); }
-  uint64_t begin = 0;  // the stripe: message bytes [begin, begin + total - 8)
-  size_t total = 0;    // bytes to move for this message, header included (0: no part)
-  size_t offset = 0;   // bytes moved, header included
-  SlotInfo head{};     // the header sent or received on this stream: size and call
-  bool pending() const { return offset < total; }
-};
-
-// One direction of one (peer, channel) pair, driven by the proxy.
-struct SocketConn {
-  bool isSend = false;
-  int peer = -1;
-  int channel = -1;
-  std::vector<SocketStream> streams;
-  std::unique_ptr<void, AlignedFree> memory;
-  FifoHeader* fifo = nullptr;
-  char* data = nullptr;
-  uint64_t done = 0;       // slots fully moved
-  bool inMessage = false;  // the stripes of slot `done` are set up (receive: header known)
-  uint64_t msgBytes = 0;   // size of the message in progress
-  CallTag msgTag;          // and the call it belongs to
-  bool failed = false;
-  uint32_t watched = 0;  // streams in the poll set the proxy sleeps on (bit i: stream i)
-  // Receive side: bytes read from stream 0 and not used yet, [stageBegin, stageEnd).
-  std::unique_ptr<char[]> stage;
-  size_t stageBegin = 0;
-  size_t stageEnd = 0;
-  int listener = 0;        // receive side: the address index its peer connects to
-  bool sendsBack = false;  // receive side: setupRecv's sendsBack
-  // Both directions on one set of connections: kConnects, this rank made them (the lower
-  // rank), kAccepts, the peer did; a receive side accepting them expects the Hello to say so.
-  enum Sharing { kOwn, kConnects, kAccepts } sharing = kOwn;
-
-  bool connected() const {
-    for (const SocketStream& st : streams)
-      if (!st.socket || !st.socket->valid()) return false;
-    return true;
-  }
-  // Sets up every stream's part of a message of `bytes` bytes.
-  void startMessage(const SlotInfo& info) {
-    const uint64_t bytes = info.bytes;
-    const int n = static_cast<int>(streams.size());
-    for (int i = 0; i < n; ++i) {
-      SocketStream& st = streams[i];
-      uint64_t b, e;
-      stripeOf(bytes, n, i, &b, &e);
-      st.begin = b;
-      st.total = i == 0 || e > b ? kHeadBytes + (e - b) : 0;
-      st.offset = 0;
-      st.head = info;
-    }
-    msgBytes = bytes;
-    msgTag = info.tag;
-    inMessage = true;
-  }
-};
 
 class SocketTransport final : public Transport, public ProxyLink {
  public:
@@ -244,7 +171,7 @@ class SocketTransport final : public Transport, public ProxyLink {
           return addConn(std::move(c));
         }
       }
-      Result<Socket> s = listeners_[index].accept(w, options_);
+      Result<Socket> s = acceptWatching(index, peer, w);
       if (!s.isOk())
         return s.status().withContext(
             formatString("socket transport: rank %d waiting for rank %d (channel %d) to connect",
@@ -277,6 +204,24 @@ class SocketTransport final : public Transport, public ProxyLink {
         LOG_WARN(kSubsysNet,
                  "rank %d: unexpected data connection from rank %d channel %d stream %d of %d",
                  ctx_.rank, h.rank, h.channel, h.stream, h.nstreams);
+    }
+  }
+
+  // Accepts on listener index within w, giving up early when the bootstrap shows that peer
+  // went away (it failed elsewhere and ended, so its connection will never come).
+  Result<Socket> acceptWatching(int index, int peer, Waiter& w) {
+    const Clock::time_point deadline = w.deadline();
+    while (true) {
+      Waiter slice(0.1, ctx_.abort);
+      Result<Socket> s = listeners_[index].accept(slice, options_);
+      // Done, aborted, or failed otherwise than by the slice's end.
+      if (s.isOk() || slice.aborted() || s.status().code() != Code::kRemoteError) return s;
+      if (ctx_.bootstrap != nullptr && ctx_.bootstrap->peerGone(peer))
+        return remoteError(
+            "rank %d closed its connections while this rank waited for it to connect: it exited "
+            "or destroyed its communicator (did its call fail?)",
+            peer);
+      if (Clock::now() >= deadline) return s;
     }
   }
 
@@ -399,6 +344,17 @@ class SocketTransport final : public Transport, public ProxyLink {
     ctx_.errors->reportAsyncError(st);
   }
 
+  // A failed send or recv: the peer's end gone (it exited, or its communicator failed and
+  // closed its connections) is the peer's failure, anything else this host's.
+  Status ioError(const SocketConn& c, int err, const char* what) const {
+    if (err == EPIPE || err == ECONNRESET)
+      return remoteError(
+          "rank %d closed the connection (%s: %s): it exited, or its communicator "
+          "failed",
+          c.peer, what, strerror(err));
+    return errnoError(err, what);
+  }
+
   // Moves as much as the sockets take without blocking; true when something moved.
   bool progressSend(SocketConn& c) {
     bool moved = false;
@@ -430,7 +386,7 @@ class SocketTransport final : public Transport, public ProxyLink {
           ssize_t r = sendmsg(st.fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
           if (r < 0) {
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) break;
-            fail(c, errnoError(errno, "send"));
+            fail(c, ioError(c, errno, "send"));
             return moved;
           }
           moved = true;
@@ -494,7 +450,7 @@ class SocketTransport final : public Transport, public ProxyLink {
   ssize_t recvFailed(SocketConn& c, ssize_t r) {
     if (r == 0) return 0;
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-      fail(c, errnoError(errno, "recv"));
+      fail(c, ioError(c, errno, "recv"));
     return -1;
   }
 
@@ -526,6 +482,11 @@ class SocketTransport final : public Transport, public ProxyLink {
         moved = true;
         if (first.offset < kHeadBytes) continue;
         const uint64_t bytes = first.head.bytes;
+        if (first.head.tag.what == kFailNoticeKind && bytes >= kPeerErrorBytes) {
+          fail(c, internalError("failure notice of %llu bytes (at most %zu)",
+                                static_cast<unsigned long long>(bytes), kPeerErrorBytes - 1));
+          return moved;
+        }
         if (bytes > ctx_.geometry.slotBytes) {
           fail(c, internalError("message of %llu bytes exceeds the %u-byte slot",
                                 static_cast<unsigned long long>(bytes), ctx_.geometry.slotBytes));
@@ -559,6 +520,17 @@ class SocketTransport final : public Transport, public ProxyLink {
         complete = complete && !st.pending();
       }
       if (!complete) return moved;
+      if (c.msgTag.what == kFailNoticeKind) {
+        // Not data: the peer's communicator failed and says why; nothing more will come.
+        memcpy(c.fifo->peerError, payload, c.msgBytes);
+        c.fifo->peerError[c.msgBytes] = '\0';
+        c.failed = true;
+        c.fifo->peerClosed.store(1, std::memory_order_release);
+        wakeSleepers(c.fifo->tail, c.fifo->tailSleepers);
+        LOG_INFO(kSubsysNet, "rank %d: rank %d closed its connection (channel %d): %s", ctx_.rank,
+                 c.peer, c.channel, c.fifo->peerError);
+        return moved;
+      }
       c.fifo->slots[slot] = SlotInfo{c.msgBytes, c.msgTag};
       c.inMessage = false;
       for (SocketStream& st : c.streams) st.offset = st.total = 0;
@@ -644,9 +616,26 @@ class SocketTransport final : public Transport, public ProxyLink {
 
   // A communicator that failed or was aborted ends its connections at once: peers waiting on
   // them fail promptly (and in turn end theirs) instead of waiting for their timeout.
+  // Each peer that receives from this rank first gets a notice saying why, where no message is
+  // half sent (best effort: one non-blocking send), so that its own error names the cause.
   void shutDownAll() {
     shutDown_ = true;
+    std::string why = ctx_.errors != nullptr ? ctx_.errors->failureText() : std::string();
+    if (why.empty()) why = formatString("rank %d: the communicator was aborted", ctx_.rank);
+    why.resize(std::min(why.size(), kPeerErrorBytes - 1));
+    std::vector<char> notice(kHeadBytes + why.size());
+    SlotInfo head{};
+    head.bytes = why.size();
+    head.tag.what = kFailNoticeKind;
+    memcpy(notice.data(), &head, kHeadBytes);
+    memcpy(notice.data() + kHeadBytes, why.data(), why.size());
     for (auto& c : conns_) {
+      if (c->isSend && !c->failed && !c->inMessage && !c->streams.empty() && c->streams[0].socket &&
+          c->streams[0].socket->valid()) {
+        ssize_t r =
+            ::send(c->streams[0].fd(), notice.data(), notice.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+        (void)r;
+      }
       c->failed = true;
       for (SocketStream& st : c->streams)
         if (st.socket && st.socket->valid()) ::shutdown(st.fd(), SHUT_RDWR);
@@ -668,6 +657,10 @@ class SocketTransport final : public Transport, public ProxyLink {
         if (!draining) {
           draining = true;
           drainDeadline = Clock::now() + std::chrono::seconds(10);
+          // Destroyed after a call failed on a peer: the others may wait on this rank, so it
+          // tells them why as it closes, rather than looking like a rank that just left.
+          if (!shutDown_ && ctx_.errors != nullptr && !ctx_.errors->failureText().empty())
+            shutDownAll();
         }
         if (ctx_.abort->isRaised() || sendsDrained() || Clock::now() > drainDeadline) return;
       }

@@ -1,0 +1,134 @@
+// How a communicator fails and tells others: the peer watch of the ranks on its host, the
+// error its calls return, and what it says as it stops (its board, the sockets' notices).
+#include <dirent.h>
+#include <sys/mman.h>
+
+#include <string>
+
+#include "common/log.h"
+#include "common/param.h"
+#include "core/comm.h"
+#include "core/peer_watch.h"
+
+namespace chorus {
+
+// Every rank passes the same two barriers (whatever its own settings), so that ranks which
+// watch and ranks which do not still meet; a rank watches the local peers whose lock files it
+// finds.
+Status Communicator::startPeerWatch(bool anyShmDisabled) {
+  const int64_t intervalMs = paramInt("PEER_WATCH_MS");
+  std::vector<PeerWatch::Peer> local;
+  for (int r = 0; r < nranks_; ++r)
+    if (r != rank_ && peers_[r].hostId == peers_[rank_].hostId) local.push_back({r, peers_[r].pid});
+  const bool wanted = !local.empty() && !anyShmDisabled && intervalMs > 0;
+  const std::string prefix = "/chorus-" + transportCtx_.commTag;
+  std::unique_ptr<PeerWatch> watch;
+  if (wanted) {
+    Result<std::unique_ptr<PeerWatch>> w = PeerWatch::create(prefix, rank_);
+    // Without its lock a rank is only not watched by its peers: say so and go on.
+    if (w.isOk())
+      watch = w.take();
+    else
+      LOG_WARN(kSubsysInit, "rank %d: no liveness lock: %s", rank_, w.status().message().c_str());
+  }
+  CHORUS_TRY(bootstrap_->barrier());
+  if (watch) {
+    // The local peers compare this rank's calls with theirs (peer_watch.h).
+    watch->setCurrentCall([this] { return currentCall(); }, paramInt("CHECK_CALLS") != 0);
+    CHORUS_TRY(watch->watch(local, static_cast<int>(intervalMs),
+                            [this](const Status& s) { reportAsyncError(s); }));
+  }
+  CHORUS_TRY(bootstrap_->barrier());
+  if (watch) {
+    watch->unlinkOwn();
+    std::lock_guard<std::mutex> lock(mutex_);
+    peerWatch_ = std::move(watch);
+  }
+  return Status::ok();
+}
+
+Status Communicator::explain(const Status& failure) const {
+  Status async = asyncError();
+  if (!async.isOk()) return async;
+  return failure;
+}
+
+Status Communicator::checkUsable() const {
+  Status async = asyncError();
+  if (!async.isOk()) return async;
+  if (abort_.isRaised()) return invalidUsage("rank %d: the communicator was aborted", rank_);
+  if (finalized_.load())
+    return invalidUsage("rank %d: the communicator was finalized; only ncclCommDestroy may follow",
+                        rank_);
+  return Status::ok();
+}
+
+Status Communicator::asyncError() const {
+  // Calls ask on every collective: a flag spares them the lock while nothing went wrong.
+  if (!hasAsyncError_.load(std::memory_order_acquire)) {
+    if (device_) return device_->asyncError();
+    return Status::ok();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  return asyncError_;
+}
+
+void Communicator::reportAsyncError(const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!asyncError_.isOk()) return;
+    // Messages from the executors already start with this rank ("rank 3:", "rank 3 waits").
+    const std::string self = formatString("rank %d", rank_);
+    const std::string& m = status.message();
+    const bool named = m.compare(0, self.size(), self) == 0 && m.size() > self.size() &&
+                       (m[self.size()] == ':' || m[self.size()] == ' ');
+    asyncError_ = named ? status : status.withContext(self);
+    hasAsyncError_.store(true, std::memory_order_release);
+    // The local peers' communicators fail too (their calls would wait for this rank).
+    if (peerWatch_) peerWatch_->publishFailure(asyncError_.message());
+  }
+  abort_.raise();
+  // Kernels waiting for a peer that is gone stop too.
+  if (device_) device_->abort();
+}
+
+// A call that failed halfway on a peer (a timeout, a closed connection) leaves the connections
+// out of step: the communicator fails, and its peers learn it (board, failure notices) instead
+// of waiting for data. (Mismatches fail it where they are found; a call refused before it
+// moved anything leaves it usable.) connecting: the call failed while connecting send/recv
+// peers.
+void Communicator::failIfOutOfStep(const Status& failure, bool connecting) {
+  if (failure.code() != Code::kRemoteError) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    lastFailure_ = failure;
+  }
+  lastCallFailed_.store(true, std::memory_order_release);
+  // A send/recv pair that could not connect (a peer that did not come) moved nothing: the
+  // communicator stays usable, but says why if it is destroyed now (failureText).
+  if (!connecting) reportAsyncError(failure);
+}
+
+std::string Communicator::failureText() const {
+  Status async = asyncError();
+  if (!async.isOk()) return async.message();
+  if (abort_.isRaised()) return formatString("rank %d: the communicator was aborted", rank_);
+  if (!lastCallFailed_.load(std::memory_order_acquire)) return std::string();
+  std::lock_guard<std::mutex> lock(mutex_);
+  return lastFailure_.message();
+}
+
+void Communicator::removeLeftNames() const {
+  if (transportCtx_.commTag.empty()) return;
+  const std::string prefix = "chorus-" + transportCtx_.commTag + "-";
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) return;
+  while (dirent* e = readdir(d)) {
+    if (std::string(e->d_name).compare(0, prefix.size(), prefix) != 0) continue;
+    if (shm_unlink((std::string("/") + e->d_name).c_str()) == 0)
+      LOG_INFO(kSubsysShm, "rank %d: removed /dev/shm/%s, left by a failed peer", rank_, e->d_name);
+  }
+  closedir(d);
+}
+
+}  // namespace chorus
