@@ -29,7 +29,12 @@ TEST(FailureNotice, SocketPeersOfAFailedRankNameTheCause) {
         std::vector<float> v(size_t(1) << 18, 1.0f);
         ASSERT_EQ(ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm, nullptr),
                   ncclSuccess);
-        if (rank == 3) _exit(0);
+        // Its sends leave through the proxy thread after the call returned: give them time to
+        // reach the peers before the process goes.
+        if (rank == 3) {
+          usleep(300000);
+          _exit(0);
+        }
         const auto start = std::chrono::steady_clock::now();
         ncclResult_t r = ncclSuccess;
         for (int i = 0; i < 3 && r == ncclSuccess; ++i)

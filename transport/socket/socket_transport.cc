@@ -138,7 +138,7 @@ class SocketTransport final : public Transport, public ProxyLink {
       return Status::ok();
     }
     for (int i = 0; i < si.nstreams; ++i) {
-      Result<Socket> s = connectSocket(addr, w, options_);
+      Result<Socket> s = connectWatching(addr, peer, w);
       if (!s.isOk())
         return s.status().withContext(formatString(
             "socket transport: rank %d connecting to rank %d (channel %d, stream %d) at %s",
@@ -204,6 +204,24 @@ class SocketTransport final : public Transport, public ProxyLink {
         LOG_WARN(kSubsysNet,
                  "rank %d: unexpected data connection from rank %d channel %d stream %d of %d",
                  ctx_.rank, h.rank, h.channel, h.stream, h.nstreams);
+    }
+  }
+
+  // Connects to peer's listener at addr within w, giving up early when the bootstrap shows
+  // that peer went away (a refused connection is otherwise retried: the listener may not be
+  // up yet).
+  Result<Socket> connectWatching(const SocketAddress& addr, int peer, Waiter& w) {
+    const Clock::time_point deadline = w.deadline();
+    while (true) {
+      Waiter slice(0.1, ctx_.abort);
+      Result<Socket> s = connectSocket(addr, slice, options_);
+      if (s.isOk() || slice.aborted() || s.status().code() != Code::kRemoteError) return s;
+      if (ctx_.bootstrap != nullptr && ctx_.bootstrap->peerGone(peer))
+        return remoteError(
+            "rank %d closed its connections while this rank tried to connect to it: it exited "
+            "or destroyed its communicator (did its call fail?)",
+            peer);
+      if (Clock::now() >= deadline) return s;
     }
   }
 
