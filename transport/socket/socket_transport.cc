@@ -138,7 +138,9 @@ class SocketTransport final : public Transport, public ProxyLink {
       return Status::ok();
     }
     for (int i = 0; i < si.nstreams; ++i) {
-      Result<Socket> s = connectWatching(addr, peer, w);
+      Result<Socket> s = watchingPeer(peer, w, "tried to connect to it", [&](Waiter& slice) {
+        return connectSocket(addr, slice, options_);
+      });
       if (!s.isOk())
         return s.status().withContext(formatString(
             "socket transport: rank %d connecting to rank %d (channel %d, stream %d) at %s",
@@ -171,7 +173,9 @@ class SocketTransport final : public Transport, public ProxyLink {
           return addConn(std::move(c));
         }
       }
-      Result<Socket> s = acceptWatching(index, peer, w);
+      Result<Socket> s = watchingPeer(peer, w, "waited for it to connect", [&](Waiter& slice) {
+        return listeners_[index].accept(slice, options_);
+      });
       if (!s.isOk())
         return s.status().withContext(
             formatString("socket transport: rank %d waiting for rank %d (channel %d) to connect",
@@ -207,38 +211,23 @@ class SocketTransport final : public Transport, public ProxyLink {
     }
   }
 
-  // Connects to peer's listener at addr within w, giving up early when the bootstrap shows
-  // that peer went away (a refused connection is otherwise retried: the listener may not be
-  // up yet).
-  Result<Socket> connectWatching(const SocketAddress& addr, int peer, Waiter& w) {
+  // Makes attempt(slice) within w, in slices of 0.1 s, giving up early when the bootstrap shows
+  // that peer went away (it failed elsewhere and ended, so its connection will never come; a
+  // refused connect is otherwise retried, as the listener may not be up yet). doing: what this
+  // rank was doing, for the message.
+  template <class Attempt>
+  Result<Socket> watchingPeer(int peer, Waiter& w, const char* doing, Attempt attempt) {
     const Clock::time_point deadline = w.deadline();
     while (true) {
       Waiter slice(0.1, ctx_.abort);
-      Result<Socket> s = connectSocket(addr, slice, options_);
-      if (s.isOk() || slice.aborted() || s.status().code() != Code::kRemoteError) return s;
-      if (ctx_.bootstrap != nullptr && ctx_.bootstrap->peerGone(peer))
-        return remoteError(
-            "rank %d closed its connections while this rank tried to connect to it: it exited "
-            "or destroyed its communicator (did its call fail?)",
-            peer);
-      if (Clock::now() >= deadline) return s;
-    }
-  }
-
-  // Accepts on listener index within w, giving up early when the bootstrap shows that peer
-  // went away (it failed elsewhere and ended, so its connection will never come).
-  Result<Socket> acceptWatching(int index, int peer, Waiter& w) {
-    const Clock::time_point deadline = w.deadline();
-    while (true) {
-      Waiter slice(0.1, ctx_.abort);
-      Result<Socket> s = listeners_[index].accept(slice, options_);
+      Result<Socket> s = attempt(slice);
       // Done, aborted, or failed otherwise than by the slice's end.
       if (s.isOk() || slice.aborted() || s.status().code() != Code::kRemoteError) return s;
       if (ctx_.bootstrap != nullptr && ctx_.bootstrap->peerGone(peer))
         return remoteError(
-            "rank %d closed its connections while this rank waited for it to connect: it exited "
-            "or destroyed its communicator (did its call fail?)",
-            peer);
+            "rank %d closed its connections while this rank %s: it exited or destroyed its "
+            "communicator (did its call fail?)",
+            peer, doing);
       if (Clock::now() >= deadline) return s;
     }
   }
