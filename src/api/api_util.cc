@@ -27,6 +27,7 @@ std::string lastProcessError() {
 
 ncclResult_t report(ncclComm_t comm, const Status& s) {
   if (s.isOk()) return ncclSuccess;
+  if (s.code() == Code::kInProgress) return ncclInProgress;
   LOG_WARN(kSubsysInit, "%s", s.message().c_str());
   {
     std::lock_guard<std::mutex> lock(gLastErrorMutex);
@@ -40,7 +41,15 @@ namespace {
 Status unusableComm(ncclComm_t comm, const char* fn) {
   if (comm == nullptr) return invalidArgument("%s: comm is NULL", fn);
   if (comm->magic.load() == kCommInitializing)
-    return invalidUsage("%s: comm is still being initialized (inside ncclGroupStart/End?)", fn);
+    return invalidUsage(
+        "%s: comm is still being initialized (inside ncclGroupStart/End, or non-blocking: poll "
+        "ncclCommGetAsyncError until it is not ncclInProgress)",
+        fn);
+  if (comm->magic.load() == kCommInitFailed)
+    return invalidUsage(
+        "%s: comm's non-blocking init failed (ncclCommGetAsyncError says why); only "
+        "ncclCommAbort or ncclCommDestroy may follow",
+        fn);
   return invalidUsage("%s: comm was destroyed, aborted or is not a communicator", fn);
 }
 }  // namespace
@@ -133,7 +142,9 @@ Result<CommOptions> optionsFrom(const ncclConfig_t* config, bool forceHost) {
   return o;
 }
 
-Status initComm(ncclComm_t handle, const InitRequest& req) {
+namespace {
+
+Result<UniqueIdInfo> checkInit(const InitRequest& req) {
   if (req.nranks < 1)
     return invalidArgument("ncclCommInitRank: nranks %d must be at least 1", req.nranks);
   if (req.rank < 0 || req.rank >= req.nranks)
@@ -141,55 +152,126 @@ Status initComm(ncclComm_t handle, const InitRequest& req) {
   Result<UniqueIdInfo> info =
       decodeUniqueId(reinterpret_cast<const unsigned char*>(req.id.internal));
   if (!info.isOk()) return info.status().withContext("ncclCommInitRank");
+  return info;
+}
+
+// Runs handle's init and records how it ended: live, or (failed) dead for a blocking init or
+// one that ncclCommAbort stopped, kCommInitFailed for a non-blocking one (its runner keeps
+// the error for ncclCommGetAsyncError).
+Status runInit(ncclComm_t handle, const InitRequest& req) {
+  Status s = initComm(handle, req);
+  if (!s.isOk())
+    handle->magic.store(req.options.blocking || handle->cancel.cancelled() ? kCommDead
+                                                                           : kCommInitFailed);
+  return s;
+}
+
+}  // namespace
+
+Status initComm(ncclComm_t handle, const InitRequest& req) {
+  Result<UniqueIdInfo> info = checkInit(req);
+  if (!info.isOk()) return info.status();
   setLogRank(req.rank);
   Result<std::unique_ptr<Communicator>> c =
-      Communicator::create(info.value(), req.nranks, req.rank, req.options);
+      Communicator::create(info.value(), req.nranks, req.rank, req.options, &handle->cancel);
   if (!c.isOk()) return c.status();
-  handle->set(CommRef(c.take().release()));
-  handle->magic.store(kCommLive);
+  CommRef ref(c.take().release());
+  if (!handle->finishInit(ref)) {
+    ref->abort();
+    return invalidUsage("rank %d init: aborted by ncclCommAbort", req.rank);
+  }
   return Status::ok();
 }
 
 Status initOrDefer(ncclComm_t* out, const InitRequest& req) {
   if (out == nullptr) return invalidArgument("ncclCommInitRank: comm is NULL");
-  *out = nullptr;
+  __atomic_store_n(out, static_cast<ncclComm_t>(nullptr), __ATOMIC_RELEASE);
+  // Bad arguments fail here, also for an init that runs later.
+  Result<UniqueIdInfo> info = checkInit(req);
+  if (!info.isOk()) return info.status();
+  // A device communicator's init that runs on another thread (non-blocking, or at the group's
+  // end) binds to the device current on the calling thread now, as the call would.
+  int device = -1;
+  if (!req.options.host && (!req.options.blocking || groupActive())) {
+    Result<int> current = dev::currentDevice();
+    if (!current.isOk()) return current.status().withContext("ncclCommInitRank");
+    device = current.value();
+  }
+  // The handle is visible while the init runs, so that another thread may abort it; it is
+  // never freed (a failed init leaves it behind as a tombstone).
   auto* handle = new ncclComm();
+  handle->magic.store(kCommInitializing);
+  if (!req.options.blocking) handle->runner.reset(new AsyncRunner());
+  // Atomic: a thread that reads the caller's variable while the init waits may abort it.
+  __atomic_store_n(out, handle, __ATOMIC_RELEASE);
+  std::function<Status()> job = [handle, req]() { return runInit(handle, req); };
+  if (device >= 0) {
+    job = [handle, req, d = device]() {
+      Status s = dev::setCurrentDevice(d);
+      if (!s.isOk()) {
+        handle->magic.store(req.options.blocking ? kCommDead : kCommInitFailed);
+        return s;
+      }
+      return runInit(handle, req);
+    };
+  }
   if (groupActive()) {
-    handle->magic.store(kCommInitializing);
-    *out = handle;
-    groupEnqueue(handle, [handle, req]() -> Status {
-      Status s = initComm(handle, req);
-      if (!s.isOk()) handle->magic.store(kCommDead);
-      return s;
-    });
+    groupEnqueue(handle, std::move(job));
     return Status::ok();
   }
-  Status s = initComm(handle, req);
-  if (!s.isOk()) {
-    delete handle;
-    return s;
-  }
-  *out = handle;
-  return Status::ok();
+  if (handle->runner) return handle->runner->submit(std::move(job));
+  Status s = job();
+  if (!s.isOk()) __atomic_store_n(out, static_cast<ncclComm_t>(nullptr), __ATOMIC_RELEASE);
+  return s;
 }
 
 // Destroyed handles are kept as tombstones so that a later call with the stale pointer gets an
 // error instead of touching freed memory.
-void retire(ncclComm_t comm) {
+void retire(ncclComm_t comm, bool discardQueued) {
   comm->magic.store(kCommDead);
+  if (comm->runner) comm->runner->stop(discardQueued);
   comm->set(nullptr);
 }
+
+Status submitAsync(ncclComm_t comm, const char* fn, std::function<Status()> job) {
+  if (comm->finalizing.load())
+    return invalidUsage(
+        "%s: comm was finalized (ncclCommFinalize); only ncclCommDestroy may follow", fn);
+  return comm->runner->submit(std::move(job));
+}
+
+void quiesce(ncclComm_t comm) {
+  if (comm->runner) comm->runner->drain();
+}
+
+namespace {
+// ncclGroupEnd hands a non-blocking communicator's share of the group to its runner.
+const bool gGroupHandoff = [] {
+  setGroupAsyncHandoff(
+      [](const void* key) {
+        auto* comm = static_cast<ncclComm*>(const_cast<void*>(key));
+        return comm->runner != nullptr;
+      },
+      [](const void* key, std::function<Status()> job) {
+        auto* comm = static_cast<ncclComm*>(const_cast<void*>(key));
+        return submitAsync(comm, "ncclGroupEnd", std::move(job));
+      });
+  return true;
+}();
+}  // namespace
 
 Status notImplemented(const char* fn) {
   return invalidUsage("%s is not implemented in this version of Chorus", fn);
 }
 
-// Runs a collective now, or queues it when a group is open.
+// Runs a task now, hands it to a non-blocking communicator's runner, or queues it when a
+// group is open.
 Status runOrQueue(ncclComm_t comm, std::function<Status()> task) {
   if (groupActive()) {
     groupEnqueue(comm, std::move(task));
     return Status::ok();
   }
+  if (comm->runner) return submitAsync(comm, "call", std::move(task));
   return task();
 }
 

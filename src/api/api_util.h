@@ -75,12 +75,20 @@ struct InitRequest {
 Result<CommOptions> optionsFrom(const ncclConfig_t* config, bool forceHost);
 Status initComm(ncclComm_t handle, const InitRequest& req);
 // Inside a group the init is deferred to ncclGroupEnd (so one thread can init several ranks);
-// the handle exists at once and reports "initializing" until then.
+// the handle exists at once and reports "initializing" until then. A non-blocking one
+// (options.blocking false) runs on the handle's runner and returns kInProgress.
 Status initOrDefer(ncclComm_t* out, const InitRequest& req);
-// Frees the communicator; the handle stays behind as a tombstone.
-void retire(ncclComm_t comm);
+// Frees the communicator; the handle stays behind as a tombstone. A non-blocking one's runner
+// stops first: its queued work runs, or with discardQueued is dropped (abort).
+void retire(ncclComm_t comm, bool discardQueued = false);
+// Hands job to a non-blocking communicator's runner (kInProgress), refused once finalized.
+Status submitAsync(ncclComm_t comm, const char* fn, std::function<Status()> job);
+// Waits until a non-blocking communicator ran all its queued work (no-op when blocking): for
+// calls that use the communicator from the caller's thread (split, shrink, windows).
+void quiesce(ncclComm_t comm);
 Status notImplemented(const char* fn);
-// Runs a collective now, or queues it when a group is open.
+// Runs a task now, hands it to a non-blocking communicator's runner, or queues it when a group
+// is open.
 Status runOrQueue(ncclComm_t comm, std::function<Status()> task);
 
 }  // namespace chorus

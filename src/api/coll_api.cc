@@ -105,6 +105,11 @@ Status launch(ncclComm_t comm, Communicator& impl, Collective collective, const 
     groupEnqueueColl(comm, work, [held](std::vector<HostWork>& works) { return held->run(works); });
     return Status::ok();
   }
+  if (comm->runner) {
+    CHORUS_TRY(impl.checkUsable());
+    CommRef held = comm->get();
+    return submitAsync(comm, "collective", [held, work]() mutable { return held->run(&work, 1); });
+  }
   return impl.run(&work, 1);
 }
 
@@ -240,6 +245,11 @@ Status runP2p(ncclComm_t comm, Communicator& impl, const std::vector<P2pOp>& ops
     P2pRunner runner = [held](const std::vector<P2pOp>& all) { return held->p2p(all); };
     for (const P2pOp& op : ops) groupEnqueueP2p(comm, op, runner);
     return Status::ok();
+  }
+  if (comm->runner) {
+    CHORUS_TRY(impl.checkUsable());
+    CommRef held = comm->get();
+    return submitAsync(comm, "point-to-point", [held, ops]() { return held->p2p(ops); });
   }
   return impl.p2p(ops);
 }

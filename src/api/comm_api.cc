@@ -8,6 +8,7 @@
 #include "api/api_util.h"
 #include "chorus.h"
 #include "common/host_alloc.h"
+#include "common/log.h"
 #include "core/group.h"
 #include "cuda/dev_comm.h"
 
@@ -117,6 +118,13 @@ extern "C" ncclResult_t pncclCommFinalize(ncclComm_t comm) {
   return guarded(comm, "ncclCommFinalize", [&]() -> Status {
     Result<CommRef> c = usableComm(comm, "ncclCommFinalize");
     if (!c.isOk()) return c.status();
+    if (comm->runner) {
+      // Runs after the work queued before it; polling then reports when it is done.
+      CommRef held = c.take();
+      Status s = submitAsync(comm, "ncclCommFinalize", [held]() { return held->finalize(); });
+      comm->finalizing.store(true);
+      return s;
+    }
     return c.value()->finalize();
   });
 }
@@ -126,8 +134,14 @@ extern "C" ncclResult_t pncclCommDestroy(ncclComm_t comm) {
   return guarded(nullptr, "ncclCommDestroy", [&]() -> Status {
     // NCCL accepts a NULL communicator here and does nothing.
     if (comm == nullptr) return Status::ok();
-    if (comm->magic.load() != kCommLive)
+    const uint64_t state = comm->magic.load();
+    if (state == kCommInitializing)
+      return invalidUsage(
+          "ncclCommDestroy: comm is still being initialized; poll ncclCommGetAsyncError until it "
+          "is not ncclInProgress, or call ncclCommAbort");
+    if (state != kCommLive && state != kCommInitFailed)
       return invalidUsage("ncclCommDestroy: comm was already destroyed or aborted");
+    // A non-blocking communicator's queued work runs first.
     retire(comm);
     return Status::ok();
   });
@@ -137,14 +151,30 @@ NCCL_ALIAS(ncclCommDestroy)
 extern "C" ncclResult_t pncclCommAbort(ncclComm_t comm) {
   return guarded(nullptr, "ncclCommAbort", [&]() -> Status {
     if (comm == nullptr) return Status::ok();
-    if (comm->magic.load() != kCommLive)
+    // From here on an init still running cannot make the handle live.
+    const uint64_t state = comm->requestAbort();
+    if (state == kCommLive) {
+      if (CommRef impl = comm->get()) impl->abort();
+    } else if (state == kCommInitializing || state == kCommInitFailed) {
+      // An init waiting for its peers returns as soon as its abort flag is up; one not started
+      // yet (queued in a group or behind a runner) fails when it starts.
+      if (comm->cancel.cancel() && !comm->cancel.waitDetached(5.0))
+        LOG_WARN(kSubsysInit, "ncclCommAbort: the aborted init did not return within 5 s");
+    } else {
       return invalidUsage("ncclCommAbort: comm was already destroyed or aborted");
-    if (CommRef impl = comm->get()) impl->abort();
-    retire(comm);
+    }
+    retire(comm, true);
     return Status::ok();
   });
 }
 NCCL_ALIAS(ncclCommAbort)
+
+namespace {
+// No call runs on comm: no pin (calls of this thread pin nothing here) and an idle runner.
+bool quiescent(ncclComm_t comm) {
+  return comm->pins.load() == 0 && (!comm->runner || comm->runner->idle());
+}
+}  // namespace
 
 extern "C" ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
   return guarded(comm, "ncclCommRevoke", [&]() -> Status {
@@ -152,7 +182,11 @@ extern "C" ncclResult_t pncclCommRevoke(ncclComm_t comm, int revokeFlags) {
     if (!c.isOk()) return c.status();
     if (revokeFlags != NCCL_REVOKE_DEFAULT)
       return invalidArgument("ncclCommRevoke: revokeFlags must be NCCL_REVOKE_DEFAULT (0)");
-    return notImplemented("ncclCommRevoke");
+    // Every wait ends; work queued and not started is dropped. Quiescent once no call runs
+    // (the one pin left is this call's).
+    c.value()->revoke();
+    if (comm->runner) comm->runner->discardQueued();
+    return quiescent(comm) ? Status::ok() : inProgress();
   });
 }
 NCCL_ALIAS(ncclCommRevoke)
@@ -174,6 +208,7 @@ extern "C" ncclResult_t pncclCommSplit(ncclComm_t comm, int color, int key, nccl
   return guarded(comm, "ncclCommSplit", [&]() -> Status {
     Result<CommRef> c = usableComm(comm, "ncclCommSplit");
     if (!c.isOk()) return c.status();
+    quiesce(comm);
     if (newcomm == nullptr) return invalidArgument("ncclCommSplit: newcomm is NULL");
     *newcomm = nullptr;
     if (color < 0 && color != NCCL_SPLIT_NOCOLOR)
@@ -199,6 +234,8 @@ extern "C" ncclResult_t pncclCommShrink(ncclComm_t comm, int* excludeRanksList,
     // handle is refused here.
     Result<CommRef> c = usableComm(comm, "ncclCommShrink");
     if (!c.isOk()) return c.status();
+    // Not for NCCL_SHRINK_ABORT: the work queued may be what waits for the failed ranks.
+    if (shrinkFlags != NCCL_SHRINK_ABORT) quiesce(comm);
     if (newcomm == nullptr) return invalidArgument("ncclCommShrink: newcomm is NULL");
     *newcomm = nullptr;
     if (shrinkFlags != NCCL_SHRINK_DEFAULT && shrinkFlags != NCCL_SHRINK_ABORT)
@@ -240,9 +277,31 @@ NCCL_ALIAS(ncclCommShrink)
 extern "C" ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
   return guarded(comm, "ncclCommGetAsyncError", [&]() -> Status {
     if (asyncError == nullptr) return invalidArgument("ncclCommGetAsyncError: asyncError is NULL");
+    // An init that runs (non-blocking, or queued in an open group) or failed.
+    if (comm != nullptr && comm->magic.load() == kCommInitializing) {
+      *asyncError = ncclInProgress;
+      return Status::ok();
+    }
+    if (comm != nullptr && comm->magic.load() == kCommInitFailed && comm->runner) {
+      Status why = comm->runner->state();
+      *asyncError = static_cast<ncclResult_t>(why.code());
+      if (!why.isOk() && why.code() != Code::kInProgress) report(nullptr, why);
+      return Status::ok();
+    }
     Result<CommRef> c = usableComm(comm, "ncclCommGetAsyncError");
     if (!c.isOk()) return c.status();
-    *asyncError = static_cast<ncclResult_t>(c.value()->asyncError().code());
+    // The communicator's failure first, then its runner's: a failed call, or work not done.
+    // A revoked communicator: in progress until no call runs any more, then success (the
+    // calls it stopped failed, as they were meant to).
+    if (c.value()->revoked()) {
+      *asyncError = quiescent(comm) ? ncclSuccess : ncclInProgress;
+      return Status::ok();
+    }
+    Status s = c.value()->asyncError();
+    if (s.isOk() && comm->runner) s = comm->runner->state();
+    // ncclGetLastError(comm) says why.
+    if (!s.isOk() && s.code() != Code::kInProgress) c.value()->setLastError(s.message());
+    *asyncError = static_cast<ncclResult_t>(s.code());
     return Status::ok();
   });
 }
@@ -334,6 +393,7 @@ extern "C" ncclResult_t pncclCommWindowRegister(ncclComm_t comm, void* buff, siz
     *win = nullptr;
     Result<CommRef> c = usableComm(comm, "ncclCommWindowRegister");
     if (!c.isOk()) return c.status();
+    quiesce(comm);
     if (buff == nullptr && size > 0) return invalidArgument("ncclCommWindowRegister: buff is NULL");
     if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0)
       return invalidArgument(
@@ -354,6 +414,7 @@ extern "C" ncclResult_t pncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t 
   return guarded(comm, "ncclCommWindowDeregister", [&]() -> Status {
     Result<CommRef> c = usableComm(comm, "ncclCommWindowDeregister");
     if (!c.isOk()) return c.status();
+    quiesce(comm);
     if (win == nullptr) return invalidArgument("ncclCommWindowDeregister: win is NULL");
     return c.value()->deregisterWindow(reinterpret_cast<const HostWindow*>(win));
   });

@@ -9,11 +9,14 @@
 #include <mutex>
 #include <thread>
 
+#include "api/async_runner.h"
 #include "core/comm.h"
 
 constexpr uint64_t kCommLive = 0x43484f5255534c56ull;          // "CHORUSLV"
 constexpr uint64_t kCommInitializing = 0x43484f525553494eull;  // "CHORUSIN"
 constexpr uint64_t kCommDead = 0x43484f5255534445ull;          // "CHORUSDE"
+// A non-blocking init that failed: ncclCommGetAsyncError reports why until Destroy or Abort.
+constexpr uint64_t kCommInitFailed = 0x43484f5255534946ull;  // "CHORUSIF"
 
 struct ncclComm {
   std::atomic<uint64_t> magic{kCommDead};
@@ -40,6 +43,30 @@ struct ncclComm {
     }
   }
 
+  // The end of an init, under the state lock: installs c and makes the handle live, unless
+  // ncclCommAbort came first (false: the caller aborts c).
+  bool finishInit(std::shared_ptr<chorus::Communicator> c) {
+    std::lock_guard<std::mutex> lock(stateMutex);
+    if (abortRequested) return false;
+    set(std::move(c));
+    magic.store(kCommLive);
+    return true;
+  }
+  // The start of ncclCommAbort: from here on finishInit refuses; returns the state seen.
+  uint64_t requestAbort() {
+    std::lock_guard<std::mutex> lock(stateMutex);
+    abortRequested = true;
+    return magic.load();
+  }
+
+  // Non-blocking communicators (config.blocking = 0) run their work here; null when blocking.
+  // Made with the handle, stopped (never freed) when the handle retires.
+  std::unique_ptr<chorus::AsyncRunner> runner;
+  // ncclCommFinalize was called on a non-blocking communicator: nothing more may be queued.
+  std::atomic<bool> finalizing{false};
+  // Lets ncclCommAbort stop an init that waits for its peers.
+  chorus::InitCancel cancel;
+
   // What one API call takes instead of a reference count: pins counts the calls running on
   // the communicator, so the hot path costs two uncontended atomic operations.
   std::atomic<int64_t> pins{0};
@@ -48,6 +75,8 @@ struct ncclComm {
  private:
   mutable std::mutex mutex;
   std::shared_ptr<chorus::Communicator> impl;
+  std::mutex stateMutex;  // finishInit against requestAbort
+  bool abortRequested = false;
 };
 
 namespace chorus {

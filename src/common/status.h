@@ -68,6 +68,11 @@ CHORUS_STATUS_FACTORY(internalError, kInternalError)
 CHORUS_STATUS_FACTORY(remoteError, kRemoteError)
 #undef CHORUS_STATUS_FACTORY
 
+// Work handed over to run later (non-blocking communicators): ncclInProgress, not an error.
+inline Status inProgress() {
+  return Status(Code::kInProgress, "in progress");
+}
+
 // A system error carrying strerror(err) after the message.
 Status errnoError(int err, const std::string& what);
 

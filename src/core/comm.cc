@@ -135,9 +135,18 @@ Communicator::~Communicator() {
 }
 
 Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdInfo& id, int nranks,
-                                                           int rank, const CommOptions& options) {
+                                                           int rank, const CommOptions& options,
+                                                           InitCancel* cancel) {
   std::unique_ptr<Communicator> comm(new Communicator(rank, nranks, options));
+  if (cancel != nullptr && !cancel->attach(comm.get()))
+    return invalidUsage("rank %d init: aborted by ncclCommAbort before it started", rank);
   Status s = comm->init(id);
+  if (cancel != nullptr) {
+    // The communicator must not be aborted through cancel once it is handed over or freed.
+    const bool aborted = cancel->cancelled();
+    cancel->detach();
+    if (aborted) s = invalidUsage("rank %d init: aborted by ncclCommAbort", rank);
+  }
   if (!s.isOk()) return s;
   dumpRegister(comm.get());
   return comm;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -32,6 +33,33 @@ struct CommOptions {
   std::string name;      // ncclConfig_t.commName
 };
 
+class Communicator;
+
+// Lets another thread stop a communicator's init (ncclCommAbort on a handle whose init runs):
+// create attaches the communicator it builds, and cancel raises its abort flag, so that every
+// wait of the init returns. A cancel before the init started makes it fail at once.
+class InitCancel {
+ public:
+  // false when cancel came first (the init must not start).
+  bool attach(Communicator* comm);
+  void detach();
+  // Raises the abort flag of the attached communicator; true when an init was running (it
+  // returns promptly), false when none was (a later attach fails).
+  bool cancel();
+  bool cancelled() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return cancelled_;
+  }
+  // Blocks until no init is attached, at most timeoutSeconds; false on timeout.
+  bool waitDetached(double timeoutSeconds);
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable detached_;
+  Communicator* comm_ = nullptr;
+  bool cancelled_ = false;
+};
+
 // A user reduction operator made by ncclRedOpCreatePreMulSum.
 struct UserRedOp {
   bool live = false;
@@ -47,8 +75,10 @@ class Communicator final : public ErrorSink {
   Communicator& operator=(const Communicator&) = delete;
 
   // Joins the clique described by id and builds every connector; blocks until all ranks did.
+  // cancel (may be null) lets another thread end the waiting (ncclCommAbort during init).
   static Result<std::unique_ptr<Communicator>> create(const UniqueIdInfo& id, int nranks, int rank,
-                                                      const CommOptions& options);
+                                                      const CommOptions& options,
+                                                      InitCancel* cancel = nullptr);
 
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
@@ -107,6 +137,13 @@ class Communicator final : public ErrorSink {
     abort_.raise();
     if (device_) device_->abort();
   }
+  // ncclCommRevoke: stops every wait like abort, and from then on refuses all calls but
+  // destroy, split and shrink (whose exchanges wait on flags of their own).
+  void revoke() {
+    revoked_.store(true);
+    abort();
+  }
+  bool revoked() const { return revoked_.load(std::memory_order_relaxed); }
   Status finalize();
 
   void setLastError(const std::string& message);
@@ -165,6 +202,7 @@ class Communicator final : public ErrorSink {
   CommOptions options_;
   AbortFlag abort_;
   std::atomic<bool> finalized_{false};
+  std::atomic<bool> revoked_{false};
   double timeoutSeconds_ = 0;
   int64_t spinCount_ = 0;
 

@@ -1,8 +1,10 @@
 // How a communicator fails and tells others: the peer watch of the ranks on its host, the
-// error its calls return, and what it says as it stops (its board, the sockets' notices).
+// error its calls return, what it says as it stops (its board, the sockets' notices), and how
+// another thread stops an init (InitCancel).
 #include <dirent.h>
 #include <sys/mman.h>
 
+#include <chrono>
 #include <string>
 
 #include "common/log.h"
@@ -53,7 +55,39 @@ Status Communicator::explain(const Status& failure) const {
   return failure;
 }
 
+bool InitCancel::attach(Communicator* comm) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (cancelled_) return false;
+  comm_ = comm;
+  return true;
+}
+
+void InitCancel::detach() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  comm_ = nullptr;
+  detached_.notify_all();
+}
+
+bool InitCancel::cancel() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cancelled_ = true;
+  if (comm_ == nullptr) return false;
+  comm_->abort();
+  return true;
+}
+
+bool InitCancel::waitDetached(double timeoutSeconds) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return detached_.wait_for(lock, std::chrono::duration<double>(timeoutSeconds),
+                            [this] { return comm_ == nullptr; });
+}
+
 Status Communicator::checkUsable() const {
+  if (revoked_.load(std::memory_order_relaxed))
+    return invalidUsage(
+        "rank %d: the communicator was revoked (ncclCommRevoke); only ncclCommDestroy, "
+        "ncclCommSplit or ncclCommShrink may follow",
+        rank_);
   Status async = asyncError();
   if (!async.isOk()) return async;
   if (abort_.isRaised()) return invalidUsage("rank %d: the communicator was aborted", rank_);

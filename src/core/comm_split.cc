@@ -4,6 +4,7 @@
 // empty id, so that the others fail too rather than wait.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "core/comm.h"
 
@@ -19,10 +20,32 @@ bool isEmpty(const UniqueIdInfo& id) {
   return id.magic == 0 && id.secret == 0;
 }
 
+// While it lives, the bootstrap waits on a flag of its own instead of the communicator's, which
+// may be raised (a peer died, the communicator was revoked): the exchange of a split or shrink
+// is then bounded by the bootstrap's timeout alone.
+class OwnAbortFlag {
+ public:
+  OwnAbortFlag(Bootstrap* bootstrap, const AbortFlag* usual)
+      : bootstrap_(bootstrap), usual_(usual) {
+    bootstrap_->setAbort(&own_);
+  }
+  ~OwnAbortFlag() { bootstrap_->setAbort(usual_); }
+  OwnAbortFlag(const OwnAbortFlag&) = delete;
+  OwnAbortFlag& operator=(const OwnAbortFlag&) = delete;
+
+ private:
+  Bootstrap* bootstrap_;
+  const AbortFlag* usual_;
+  AbortFlag own_;
+};
+
 }  // namespace
 
 Result<Communicator::SplitPlan> Communicator::planSplit(int color, int key) {
-  CHORUS_TRY(checkUsable());
+  // A revoked communicator may still be split (that is what revoking it is for).
+  if (!revoked()) CHORUS_TRY(checkUsable());
+  std::unique_ptr<OwnAbortFlag> own;
+  if (revoked()) own.reset(new OwnAbortFlag(bootstrap_.get(), &abort_));
   struct Entry {
     int32_t color;
     int32_t key;
@@ -77,15 +100,8 @@ Result<Communicator::SplitPlan> Communicator::planShrink(const std::vector<int>&
   plan.newSize = static_cast<int>(survivors.size());
   plan.newRank =
       static_cast<int>(std::find(survivors.begin(), survivors.end(), rank_) - survivors.begin());
-  // The communicator's own flag may be raised (a peer died); the exchange among the survivors
-  // waits on a flag of its own, bounded by the bootstrap's timeout.
-  AbortFlag shrinking;
-  bootstrap_->setAbort(&shrinking);
-  struct Restore {
-    Bootstrap* b;
-    const AbortFlag* flag;
-    ~Restore() { b->setAbort(flag); }
-  } restore{bootstrap_.get(), &abort_};
+  // The communicator's own flag may be raised (a peer died, or revoked).
+  OwnAbortFlag own(bootstrap_.get(), &abort_);
   const int leader = survivors.front();
   if (rank_ == leader) {
     Result<UniqueIdInfo> id = createFreshUniqueId();

@@ -1,5 +1,6 @@
 #include "core/group.h"
 
+#include <memory>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -22,6 +23,8 @@ struct GroupState {
 };
 
 thread_local GroupState tGroup;
+GroupIsAsync gIsAsync = nullptr;
+GroupSubmit gSubmit = nullptr;
 // Apart from the queues and of a plain type in the initial-exec model: every collective call
 // looks at it, and that way the look is one load, without a call to resolve the variable or
 // to construct the queues (a few bytes of the static TLS block, which libraries loaded with
@@ -35,6 +38,19 @@ Status runQueue(Queue& q) {
   }
   if (!q.works.empty()) CHORUS_TRY(q.collRunner(q.works));
   if (!q.p2pOps.empty()) return q.p2pRunner(q.p2pOps);
+  return Status::ok();
+}
+
+Status runAll(std::vector<Queue>& queues) {
+  if (queues.size() == 1) return runQueue(queues[0]);
+  std::vector<Status> results(queues.size());
+  std::vector<std::thread> threads;
+  threads.reserve(queues.size());
+  for (size_t i = 0; i < queues.size(); ++i)
+    threads.emplace_back([&, i] { results[i] = runQueue(queues[i]); });
+  for (std::thread& t : threads) t.join();
+  for (const Status& s : results)
+    if (!s.isOk()) return s;
   return Status::ok();
 }
 
@@ -71,23 +87,32 @@ void groupEnqueueP2p(const void* key, const P2pOp& op, const P2pRunner& runner) 
   if (!q.p2pRunner) q.p2pRunner = runner;
 }
 
+void setGroupAsyncHandoff(GroupIsAsync isAsync, GroupSubmit submit) {
+  gIsAsync = isAsync;
+  gSubmit = submit;
+}
+
 Status groupEnd() {
   if (tGroupDepth == 0)
     return invalidUsage("ncclGroupEnd called without a matching ncclGroupStart");
   if (--tGroupDepth > 0) return Status::ok();
-  std::vector<Queue> queues = std::move(tGroup.queues);
+  std::vector<Queue> all = std::move(tGroup.queues);
   tGroup.queues.clear();
-  if (queues.empty()) return Status::ok();
-  if (queues.size() == 1) return runQueue(queues[0]);
-  std::vector<Status> results(queues.size());
-  std::vector<std::thread> threads;
-  threads.reserve(queues.size());
-  for (size_t i = 0; i < queues.size(); ++i)
-    threads.emplace_back([&, i] { results[i] = runQueue(queues[i]); });
-  for (std::thread& t : threads) t.join();
-  for (const Status& s : results)
-    if (!s.isOk()) return s;
-  return Status::ok();
+  // Non-blocking communicators' shares go to their runners; the rest runs here.
+  std::vector<Queue> queues;
+  Status handedOff = Status::ok();
+  for (Queue& q : all) {
+    if (gIsAsync == nullptr || !gIsAsync(q.key)) {
+      queues.push_back(std::move(q));
+      continue;
+    }
+    auto shared = std::make_shared<Queue>(std::move(q));
+    Status s = gSubmit(shared->key, [shared]() { return runQueue(*shared); });
+    if (handedOff.isOk() || (handedOff.code() == Code::kInProgress && !s.isOk())) handedOff = s;
+  }
+  if (queues.empty()) return handedOff;
+  Status here = runAll(queues);
+  return here.isOk() ? handedOff : here;
 }
 
 }  // namespace chorus

@@ -26,6 +26,15 @@ void groupEnqueueColl(const void* key, const HostWork& work, const CollRunner& r
 using P2pRunner = std::function<Status(const std::vector<P2pOp>&)>;
 void groupEnqueueP2p(const void* key, const P2pOp& op, const P2pRunner& runner);
 // Ends one nesting level; at the outermost runs every queued task and returns the first error.
+// A non-blocking communicator's tasks go to its runner instead (see setGroupAsyncHandoff):
+// then, when nothing else failed, kInProgress.
 Status groupEnd();
+
+// Set once by the API layer: isAsync(key) says whether key's communicator is non-blocking, and
+// submit hands it one job that runs all of key's queued tasks in order (kInProgress, or why
+// not).
+using GroupIsAsync = bool (*)(const void* key);
+using GroupSubmit = Status (*)(const void* key, std::function<Status()> job);
+void setGroupAsyncHandoff(GroupIsAsync isAsync, GroupSubmit submit);
 
 }  // namespace chorus

@@ -220,7 +220,7 @@ TEST(ApiErrors, ConfigInitializerIsAccepted) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  config.blocking = 1;  // non-blocking communicators: test_nonblocking.cc
   config.commName = "solo";
   ncclComm_t comm = nullptr;
   ASSERT_EQ(ncclCommInitRankConfig(&comm, 1, id, 0, &config), ncclSuccess) << lastError();
