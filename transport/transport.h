@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,9 @@ struct PeerInfo {
   int32_t extraAddrs;
   sockaddr_storage extraAddr[kMaxExtraAddrs];
   sockaddr_storage extraMask[kMaxExtraAddrs];
+  // The NCCL net plugin this rank loaded (its table's name; "" when none): two ranks on
+  // different hosts that name the same one talk through it.
+  char netName[32];
 };
 
 // Receives errors found off the calling thread (the proxy), e.g. a peer that went away.
@@ -95,11 +99,20 @@ class Transport {
 
 std::unique_ptr<Transport> makeShmTransport(const TransportContext& ctx);
 std::unique_ptr<Transport> makeSocketTransport(const TransportContext& ctx);
+class NetPlugin;
+// Through an NCCL net plugin (net_plugin/net_plugin.h), which outlives the transport.
+std::unique_ptr<Transport> makeNetPluginTransport(const TransportContext& ctx, NetPlugin* plugin);
 
 // Same host and neither side disabled shared memory: both ends must reach the same verdict
 // from the same data, so this looks only at the exchanged PeerInfo.
 inline bool useShm(const PeerInfo& a, const PeerInfo& b) {
   return a.hostId == b.hostId && !a.shmDisabled && !b.shmDisabled;
+}
+
+// Not shared memory, and both ranks loaded the same net plugin.
+inline bool useNetPlugin(const PeerInfo& a, const PeerInfo& b) {
+  return !useShm(a, b) && a.netName[0] != '\0' &&
+         strncmp(a.netName, b.netName, sizeof a.netName) == 0;
 }
 
 }  // namespace chorus

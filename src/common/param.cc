@@ -61,6 +61,15 @@ const std::vector<ParamDef> kParams = {
      "TCP connections per socket connector (1..16): messages of 64 KiB and more are striped "
      "over them; the receiving rank's value is used",
      false},
+    {"NET_PLUGIN", ParamType::kString, "",
+     "NCCL net plugin to load: a name X (libnccl-net-X.so), a file name or path, a comma "
+     "separated list of these tried in order, or none (unset: libnccl-net.so when there is one); "
+     "ranks on different hosts then talk through it instead of Chorus's sockets",
+     true},
+    {"NET", ParamType::kString, "",
+     "Network to use between hosts, by name: a loaded plugin's name, or Socket for Chorus's own "
+     "TCP transport (unset: the plugin when one loaded, else Socket)",
+     true},
     {"IB_HCA", ParamType::kString, "",
      "InfiniBand HCA ports to use: name or name:port prefixes, comma separated; = for exact "
      "names, ^ to exclude",

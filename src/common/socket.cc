@@ -393,7 +393,16 @@ Result<Socket> connectSocket(const SocketAddress& address, const Waiter& waiter,
       socklen_t len = sizeof(err);
       if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
     }
-    if (err == 0) return sock;
+    if (err == 0) {
+      // A connect to a local port nobody listens on yet can pick that very port as its own
+      // source and connect to itself (TCP simultaneous open): that is a refused connect.
+      sockaddr_storage local;
+      socklen_t localLen = sizeof local;
+      if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &localLen) != 0 ||
+          !(SocketAddress(reinterpret_cast<sockaddr*>(&local), localLen) == address))
+        return sock;
+      err = ECONNREFUSED;
+    }
     if (!retryableConnectError(err)) return errnoError(err, "connect to " + target);
     lastError = strerror(err);
     int ms = waiter.remainingMs(backoffMs);

@@ -11,6 +11,7 @@
 #include "algorithms/cost_model.h"
 #include "algorithms/topo_graph.h"
 #include "common/param.h"
+#include "transport/net_plugin/net_plugin.h"
 #include "core/topo_report.h"
 #include "exec/call_tag.h"
 #include "exec/host_rd.h"
@@ -130,6 +131,7 @@ Communicator::~Communicator() {
   watch.reset();
   workers_.reset();
   direct_.reset();
+  net_.reset();
   socket_.reset();
   shm_.reset();
 }
@@ -178,6 +180,11 @@ Status Communicator::init(const UniqueIdInfo& id) {
   // The HCA filter is checked against what this host has, even before a verbs transport uses it.
   Result<std::vector<HcaPort>> hcas = selectHcaPortsFromEnvironment(*topo.value());
   if (!hcas.isOk()) return hcas.status().withContext(formatString("rank %d init", rank_));
+  // An NCCL net plugin (NCCL_NET_PLUGIN): ranks on different hosts that loaded the same one
+  // talk through it.
+  Result<NetPlugin*> plugin = processNetPlugin();
+  if (!plugin.isOk()) return plugin.status().withContext(formatString("rank %d init", rank_));
+  netPlugin_ = plugin.value();
   BootstrapOptions bo;
   bo.preferredInterfaces = interfacesByLocality(*topo.value(), processCpus());
   bo.initTimeoutSeconds = static_cast<double>(paramInt("INIT_TIMEOUT"));
@@ -199,6 +206,7 @@ Status Communicator::init(const UniqueIdInfo& id) {
   me.address = bootstrap_->localAddress();
   describeLocalPlacement(me.address, *topo.value(), &me);
   describeExtraInterfaces(bo.preferredInterfaces, &me);
+  if (netPlugin_ != nullptr) snprintf(me.netName, sizeof me.netName, "%s", netPlugin_->name());
   CHORUS_TRY(bootstrap_->allGather(peers_.data(), sizeof(PeerInfo)));
   for (int r = 0; r < nranks_; ++r) {
     if (peers_[r].rank != r)
@@ -325,6 +333,10 @@ Transport* Communicator::transportFor(const PeerInfo& peer) {
   if (useShm(peers_[rank_], peer)) {
     if (!shm_) shm_ = makeShmTransport(transportCtx_);
     return shm_.get();
+  }
+  if (useNetPlugin(peers_[rank_], peer)) {
+    if (!net_) net_ = makeNetPluginTransport(transportCtx_, netPlugin_);
+    return net_.get();
   }
   if (!socket_) socket_ = makeSocketTransport(transportCtx_);
   return socket_.get();

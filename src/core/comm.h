@@ -211,6 +211,8 @@ class Communicator final : public ErrorSink {
   TransportContext transportCtx_;
   std::unique_ptr<Transport> shm_;
   std::unique_ptr<Transport> socket_;
+  std::unique_ptr<Transport> net_;  // through the net plugin (netPlugin_), when peers share one
+  NetPlugin* netPlugin_ = nullptr;
   std::vector<HostChannel> channels_;
   std::vector<int> ringRanks_;           // rank at each ring position, hosts contiguous
   std::vector<std::vector<int>> hosts_;  // ranks of each host, hosts by lowest rank

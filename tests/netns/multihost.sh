@@ -43,6 +43,7 @@ usage() {
 [ $# -ge 1 ] || usage
 readonly PERF_DIR="$1/perf"
 readonly TOPO_EXE="$1/tools/chorus-topo"
+readonly PLUGIN_DIR="$1/transport"
 shift
 HOST_COUNTS=("$@")
 [ ${#HOST_COUNTS[@]} -gt 0 ] || HOST_COUNTS=(4 2)
@@ -60,7 +61,8 @@ readonly MAX_HOSTS
 unset CHORUS_COMM_ID NCCL_COMM_ID CHORUS_SOCKET_IFNAME NCCL_SOCKET_IFNAME CHORUS_SOCKET_FAMILY \
   NCCL_SOCKET_FAMILY CHORUS_ALGO NCCL_ALGO CHORUS_HOSTID NCCL_HOSTID CHORUS_SHM_DISABLE \
   NCCL_SHM_DISABLE CHORUS_DEBUG_FILE NCCL_DEBUG_FILE CHORUS_DEBUG NCCL_DEBUG \
-  CHORUS_DEBUG_SUBSYS NCCL_DEBUG_SUBSYS CHORUS_HOST_COMM NCCL_HOST_COMM
+  CHORUS_DEBUG_SUBSYS NCCL_DEBUG_SUBSYS CHORUS_HOST_COMM NCCL_HOST_COMM CHORUS_NET_PLUGIN \
+  NCCL_NET_PLUGIN CHORUS_NET NCCL_NET
 
 NAMESPACES=()
 WORK_DIR=""
@@ -368,6 +370,25 @@ check_ring() {
     "$crossings host boundaries crossed (want $hosts)"
 }
 
+# With an NCCL net plugin: every rank loaded it (the version wanted), and the links between
+# hosts go through it, none over Chorus's own sockets.
+check_plugin() {
+  local name=$1 dir=$2 hosts=$3 version=$4
+  local nranks=$((hosts * RANKS_PER_HOST)) r loaded=0 links sockets
+  for ((r = 0; r < nranks; r++)); do
+    grep -q "using net plugin ExampleSocket (ncclNet v$version)" "$dir/$r.err" &&
+      loaded=$((loaded + 1))
+  done
+  links=$(cat "$dir"/*.err | grep -c "through net plugin ExampleSocket" || true)
+  sockets=$(cat "$dir"/*.err | grep -cE "(sending to|receiving from) rank [0-9]+ channel [0-9]+ over " || true)
+  if [ "$loaded" -eq "$nranks" ] && [ "$links" -ge $((2 * hosts)) ] && [ "$sockets" -eq 0 ]; then
+    record PASS "$name plugin" "$nranks ranks loaded ExampleSocket v$version, $links connections through it, none over sockets"
+  else
+    record FAIL "$name plugin" "$loaded of $nranks ranks loaded v$version, $links connections through it, $sockets over sockets"
+    grep -h "net plugin\|plugin:" "$dir"/*.err | head -20
+  fi
+}
+
 # With NCCL_ALGO forcing an algorithm, every all-reduce decision rank 0 logs names it.
 check_algorithm() {
   local name=$1 err=$2 algo=$3
@@ -473,6 +494,24 @@ for hosts in "${HOST_COUNTS[@]}"; do
       grep -h "receiving from" "$WORK_DIR/$name"/*.err | head -20
     fi
   fi
+
+  # NCCL_NET_PLUGIN loads the example net plugin (its own sockets), which then carries every
+  # link between hosts: each collective through the newest version, all-reduce through the
+  # builds that stop at v9 and at v8.
+  for v in 10 9 8; do
+    lib="$PLUGIN_DIR/libnccl-net-example.so"
+    plugin_tools=("${COLLECTIVES[@]}")
+    if [ "$v" -ne 10 ]; then
+      lib="$PLUGIN_DIR/libnccl-net-example-v$v.so"
+      plugin_tools=(all_reduce_perf)
+    fi
+    for tool in "${plugin_tools[@]}"; do
+      name="$prefix-net-plugin-v$v-$tool"
+      if DEBUG_SUBSYS=INIT,NET run_case "$name" "$hosts" contiguous "$tool" NCCL_NET_PLUGIN="$lib"; then
+        check_plugin "$name" "$WORK_DIR/$name" "$hosts" "$v"
+      fi
+    done
+  done
 
   for algo in tree ring; do
     name="$prefix-all_reduce_perf-$algo"

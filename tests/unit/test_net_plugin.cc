@@ -1,0 +1,207 @@
+// NCCL's net plugin ABI in Chorus: the declarations' layout against the documented one (LP64),
+// how NCCL_NET_PLUGIN's value names libraries, and loading and using the example plugin of
+// each version (v10, v9, v8) through Chorus's wrapper: a connection over loopback that moves
+// messages of several sizes, compared byte for byte.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "transport/net_plugin/net_abi.h"
+#include "transport/net_plugin/net_plugin.h"
+
+namespace {
+
+using chorus::NetPlugin;
+
+// Sizes and offsets of the documented layout.
+static_assert(sizeof(ncclNetProperties_v8_t) == 64, "v8 properties");
+static_assert(offsetof(ncclNetProperties_v8_t, ptrSupport) == 24, "");
+static_assert(offsetof(ncclNetProperties_v8_t, speed) == 32, "");
+static_assert(offsetof(ncclNetProperties_v8_t, latency) == 40, "");
+static_assert(offsetof(ncclNetProperties_v8_t, maxRecvs) == 48, "");
+static_assert(offsetof(ncclNetProperties_v8_t, netDeviceVersion) == 56, "");
+static_assert(sizeof(ncclNetProperties_v9_t) == 104, "v9 properties");
+static_assert(offsetof(ncclNetProperties_v9_t, forceFlush) == 32, "");
+static_assert(offsetof(ncclNetProperties_v9_t, speed) == 36, "");
+static_assert(offsetof(ncclNetProperties_v9_t, maxRecvs) == 52, "");
+static_assert(offsetof(ncclNetProperties_v9_t, vProps) == 64, "");
+static_assert(offsetof(ncclNetProperties_v9_t, maxP2pBytes) == 88, "");
+static_assert(offsetof(ncclNetProperties_v9_t, maxCollBytes) == 96, "");
+static_assert(sizeof(ncclNetVDeviceProps_v9_t) == 20, "");
+static_assert(sizeof(ncclNetDeviceHandle_v8_t) == 32, "");
+static_assert(offsetof(ncclNetDeviceHandle_v8_t, size) == 16, "");
+static_assert(sizeof(ncclNet_v8_t) == 19 * sizeof(void*), "v8: 19 members");
+static_assert(sizeof(ncclNet_v9_t) == 20 * sizeof(void*), "v9: 20 members");
+static_assert(sizeof(ncclNet_v10_t) == 20 * sizeof(void*), "v10: 20 members");
+static_assert(offsetof(ncclNet_v8_t, isend) == 10 * sizeof(void*), "");
+static_assert(offsetof(ncclNet_v8_t, test) == 13 * sizeof(void*), "");
+static_assert(offsetof(ncclNet_v8_t, irecvConsumed) == 18 * sizeof(void*), "");
+static_assert(offsetof(ncclNet_v9_t, makeVDevice) == 19 * sizeof(void*), "");
+static_assert(offsetof(ncclNet_v10_t, connect) == 5 * sizeof(void*), "");
+
+TEST(NetPluginCandidates, FollowNcclNetPlugin) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(chorus::netPluginCandidates(nullptr), V{"libnccl-net.so"});
+  EXPECT_EQ(chorus::netPluginCandidates("aws-ofi"), (V{"aws-ofi", "libnccl-net-aws-ofi.so"}));
+  EXPECT_EQ(chorus::netPluginCandidates("/opt/x/libnccl-net-x.so"), V{"/opt/x/libnccl-net-x.so"});
+  EXPECT_EQ(chorus::netPluginCandidates("libfoo.so"), V{"libfoo.so"});
+  EXPECT_EQ(chorus::netPluginCandidates("none"), V{});
+  EXPECT_EQ(chorus::netPluginCandidates("NONE"), V{});
+  EXPECT_EQ(chorus::netPluginCandidates(""), V{});
+  EXPECT_EQ(chorus::netPluginCandidates("a, none,libb.so"),
+            (V{"a", "libnccl-net-a.so", "libb.so"}));
+}
+
+TEST(NetPluginLoad, ErrorsSayWhy) {
+  auto missing = chorus::loadNetPlugin("libnccl-net-no-such-plugin.so");
+  ASSERT_FALSE(missing.isOk());
+  EXPECT_NE(missing.status().message().find("cannot load libnccl-net-no-such-plugin.so"),
+            std::string::npos)
+      << missing.status().message();
+  auto notPlugin = chorus::loadNetPlugin("libm.so.6");
+  ASSERT_FALSE(notPlugin.isOk());
+  EXPECT_NE(notPlugin.status().message().find("exports no ncclNetPlugin_v10, _v9 or _v8"),
+            std::string::npos)
+      << notPlugin.status().message();
+}
+
+// Connects a sender and a receiver through p over loopback, driving connect and accept in turn
+// as a single thread must.
+void connectPair(NetPlugin& p, void** send, void** recv) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listen = nullptr;
+  ASSERT_TRUE(p.listen(0, handle, &listen).isOk());
+  *send = *recv = nullptr;
+  for (int i = 0; i < 100000 && (*send == nullptr || *recv == nullptr); ++i) {
+    if (*send == nullptr) ASSERT_TRUE(p.connect(0, handle, send).isOk());
+    if (*recv == nullptr) ASSERT_TRUE(p.accept(listen, recv).isOk());
+  }
+  ASSERT_NE(*send, nullptr);
+  ASSERT_NE(*recv, nullptr);
+  ASSERT_TRUE(p.closeListen(listen).isOk());
+}
+
+void expectMessagesArrive(const char* env, int version) {
+  const char* path = getenv(env);
+  ASSERT_NE(path, nullptr) << env << " names the example plugin built for v" << version;
+  auto loaded = chorus::loadNetPlugin(path);
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  NetPlugin& p = *loaded.value();
+  EXPECT_EQ(p.version(), version);
+  EXPECT_STREQ(p.name(), "ExampleSocket");
+  EXPECT_EQ(p.devices(), 1);
+  NetPlugin::Properties props;
+  ASSERT_TRUE(p.properties(0, &props).isOk());
+  EXPECT_EQ(props.name, "example0");
+  EXPECT_EQ(props.maxRecvs, 1);
+  EXPECT_EQ(props.ptrSupport, NCCL_PTR_HOST);
+  EXPECT_EQ(props.maxMessageBytes, size_t(1) << 30);
+
+  void* send = nullptr;
+  void* recv = nullptr;
+  connectPair(p, &send, &recv);
+  for (size_t bytes : {size_t(0), size_t(1), size_t(4096), size_t(3) << 20}) {
+    SCOPED_TRACE(bytes);
+    std::vector<unsigned char> out(bytes), in(bytes + 64, 0xee);
+    for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<unsigned char>(i * 7 + bytes);
+    void *smr = nullptr, *rmr = nullptr;
+    ASSERT_TRUE(p.regMr(send, out.data(), out.size(), &smr).isOk());
+    ASSERT_TRUE(p.regMr(recv, in.data(), in.size(), &rmr).isOk());
+    void *sreq = nullptr, *rreq = nullptr;
+    ASSERT_TRUE(p.irecv(recv, in.data(), in.size(), 3, rmr, &rreq).isOk());
+    ASSERT_TRUE(p.isend(send, out.data(), out.size(), 3, smr, &sreq).isOk());
+    ASSERT_NE(rreq, nullptr);
+    ASSERT_NE(sreq, nullptr);
+    bool sdone = false, rdone = false;
+    size_t sent = 0, got = 0;
+    for (long i = 0; i < 10000000 && !(sdone && rdone); ++i) {
+      if (!sdone) ASSERT_TRUE(p.test(sreq, &sdone, &sent).isOk());
+      if (!rdone) ASSERT_TRUE(p.test(rreq, &rdone, &got).isOk());
+    }
+    ASSERT_TRUE(sdone && rdone);
+    EXPECT_EQ(sent, bytes);
+    EXPECT_EQ(got, bytes);
+    EXPECT_EQ(memcmp(in.data(), out.data(), bytes), 0);
+    EXPECT_EQ(in[bytes], 0xee);  // nothing past the message
+    EXPECT_TRUE(p.deregMr(send, smr).isOk());
+    EXPECT_TRUE(p.deregMr(recv, rmr).isOk());
+  }
+  EXPECT_TRUE(p.closeSend(send).isOk());
+  EXPECT_TRUE(p.closeRecv(recv).isOk());
+}
+
+// What processNetPlugin chooses in a fresh process (it chooses once per process) with env set:
+// "none", "<name> v<version>", or "error <code>: <message>".
+std::string chooseInChild(const std::vector<std::pair<const char*, const char*>>& env) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    for (const auto& kv : env) setenv(kv.first, kv.second, 1);
+    auto chosen = chorus::processNetPlugin();
+    std::string out;
+    if (!chosen.isOk())
+      out = "error " + std::to_string(static_cast<int>(chosen.status().code())) + ": " +
+            chosen.status().message();
+    else if (chosen.value() == nullptr)
+      out = "none";
+    else
+      out = std::string(chosen.value()->name()) + " v" + std::to_string(chosen.value()->version());
+    ssize_t w = write(fds[1], out.data(), out.size());
+    _exit(w == static_cast<ssize_t>(out.size()) ? 0 : 1);
+  }
+  close(fds[1]);
+  std::string got;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) got.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return got;
+}
+
+TEST(NetPluginChoice, FollowsNcclNetPluginAndNcclNet) {
+  const char* v10 = getenv("NET_EXAMPLE_V10");
+  const char* v9 = getenv("NET_EXAMPLE_V9");
+  ASSERT_NE(v10, nullptr);
+  ASSERT_NE(v9, nullptr);
+  EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", v10}}), "ExampleSocket v10");
+  EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", v9}}), "ExampleSocket v9");
+  // Chorus's own name beats NCCL's; a list is tried in order; NCCL_NET matches the table's name.
+  EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", "none"}, {"CHORUS_NET_PLUGIN", v9}}),
+            "ExampleSocket v9");
+  EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", (std::string("no-such,") + v10).c_str()},
+                           {"NCCL_NET", "examplesocket"}}),
+            "ExampleSocket v10");
+  EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", "none"}}), "none");
+  EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", v10}, {"NCCL_NET", "Socket"}}), "none");
+  const std::string missing = chooseInChild({{"NCCL_NET_PLUGIN", "no-such"}});
+  EXPECT_EQ(missing.rfind("error 5: NCCL_NET_PLUGIN=no-such: no usable net plugin: cannot load "
+                          "no-such",
+                          0),
+            0u)
+      << missing;
+  EXPECT_NE(missing.find("cannot load libnccl-net-no-such.so"), std::string::npos) << missing;
+  const std::string wrongNet = chooseInChild({{"NCCL_NET_PLUGIN", v10}, {"NCCL_NET", "IB"}});
+  EXPECT_EQ(wrongNet.rfind("error 4: NCCL_NET=IB: no such network", 0), 0u) << wrongNet;
+}
+
+TEST(NetPluginLoad, ExampleV10) {
+  expectMessagesArrive("NET_EXAMPLE_V10", 10);
+}
+TEST(NetPluginLoad, ExampleV9FallsBackFromV10) {
+  expectMessagesArrive("NET_EXAMPLE_V9", 9);
+}
+TEST(NetPluginLoad, ExampleV8FallsBackFromV9) {
+  expectMessagesArrive("NET_EXAMPLE_V8", 8);
+}
+
+}  // namespace

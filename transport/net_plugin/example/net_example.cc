@@ -1,0 +1,453 @@
+// An NCCL net plugin over TCP sockets, built as its own library (libnccl-net-example.so): the
+// example of the ABI in transport/net_plugin/net_abi.h, and what the tests load through
+// NCCL_NET_PLUGIN. It uses nothing of Chorus, as a third party's plugin would not. One device:
+// the first IPv4 interface that is up and not loopback (loopback when there is none;
+// EXAMPLE_NET_IFNAME names another). Every call is non-blocking: connect keeps its state in the
+// handle, and test() moves the bytes of a comm's requests, in order, as far as the socket
+// takes them. NET_EXAMPLE_MAX_VERSION (8, 9 or 10) limits the tables it exports.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+
+#include "transport/net_plugin/net_abi.h"
+
+#ifndef NET_EXAMPLE_MAX_VERSION
+#define NET_EXAMPLE_MAX_VERSION 10
+#endif
+
+namespace {
+
+constexpr uint32_t kHandleMagic = 0x45584e54;  // "EXNT"
+constexpr uint32_t kWireMagic = 0x45584d53;    // "EXMS"
+constexpr int kMaxRequests = NCCL_NET_MAX_REQUESTS;
+
+ncclDebugLogger_t gLog = nullptr;
+sockaddr_in gAddr;  // the device's address (port 0)
+char gIfName[IF_NAMESIZE] = "lo";
+
+#define EXAMPLE_WARN(...)                                                                \
+  do {                                                                                   \
+    if (gLog != nullptr) gLog(NCCL_LOG_WARN, NCCL_NET, __FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)
+#define EXAMPLE_INFO(...)                                                                \
+  do {                                                                                   \
+    if (gLog != nullptr) gLog(NCCL_LOG_INFO, NCCL_NET, __FILE__, __LINE__, __VA_ARGS__); \
+  } while (0)
+
+// What listen writes into the handle; connect keeps its progress after it.
+struct Handle {
+  uint32_t magic;
+  uint32_t stage;  // connect: 0 not started, 1 connecting
+  sockaddr_in addr;
+  int fd;
+};
+static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE, "a handle fits NCCL's");
+
+struct Wire {
+  uint64_t size;
+  int32_t tag;
+  uint32_t magic;
+};
+
+struct Comm;
+struct Request {
+  Comm* comm = nullptr;
+  bool used = false;
+  bool done = false;
+  bool isSend = false;
+  char* data = nullptr;
+  size_t size = 0;  // send: its size; receive: what arrived (known once its header did)
+  size_t capacity = 0;
+  Wire wire{};
+  size_t wireDone = 0;
+  size_t bodyDone = 0;
+};
+
+struct Comm {
+  int fd = -1;
+  bool isSend = false;
+  bool broken = false;
+  Request reqs[kMaxRequests];
+  std::deque<Request*> queue;  // posted and not complete, in order
+};
+
+struct Listen {
+  int fd = -1;
+};
+
+int gMr = 0;  // every registration's handle: sockets need none
+
+void setNonBlocking(int fd) {
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+}
+
+ncclResult_t exampleInit() {
+  const char* want = getenv("EXAMPLE_NET_IFNAME");
+  memset(&gAddr, 0, sizeof gAddr);
+  gAddr.sin_family = AF_INET;
+  gAddr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return ncclSystemError;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
+    if ((i->ifa_flags & IFF_UP) == 0) continue;
+    const bool loop = (i->ifa_flags & IFF_LOOPBACK) != 0;
+    if (want != nullptr ? strcmp(want, i->ifa_name) != 0 : loop) continue;
+    memcpy(&gAddr, i->ifa_addr, sizeof gAddr);
+    snprintf(gIfName, sizeof gIfName, "%s", i->ifa_name);
+    break;
+  }
+  freeifaddrs(list);
+  gAddr.sin_port = 0;
+  char text[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &gAddr.sin_addr, text, sizeof text);
+  EXAMPLE_INFO("example net plugin: device 0 is %s (%s)", gIfName, text);
+  return ncclSuccess;
+}
+
+ncclResult_t exampleDevices(int* n) {
+  *n = 1;
+  return ncclSuccess;
+}
+
+template <class Props>
+void fillCommon(Props* p) {
+  static char name[] = "example0";
+  p->name = name;
+  p->pciPath = nullptr;
+  p->guid = 0x4558;
+  p->ptrSupport = NCCL_PTR_HOST;
+  p->regIsGlobal = 0;
+  p->speed = 10000;
+  p->port = 0;
+  p->latency = 0;
+  p->maxComms = 65536;
+  p->maxRecvs = 1;
+  p->netDeviceType = NCCL_NET_DEVICE_HOST;
+  p->netDeviceVersion = 0;
+}
+
+ncclResult_t exampleListen(int dev, void* opaque, void** listenComm) {
+  if (dev != 0) return ncclInvalidArgument;
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ncclSystemError;
+  sockaddr_in a = gAddr;
+  socklen_t len = sizeof a;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd, 64) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    EXAMPLE_WARN("example net plugin: listen: %s", strerror(errno));
+    close(fd);
+    return ncclSystemError;
+  }
+  setNonBlocking(fd);
+  auto* h = static_cast<Handle*>(opaque);
+  memset(opaque, 0, NCCL_NET_HANDLE_MAXSIZE);
+  h->magic = kHandleMagic;
+  h->addr = a;
+  h->fd = -1;
+  *listenComm = new Listen{fd};
+  return ncclSuccess;
+}
+
+Comm* newComm(int fd, bool isSend) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setNonBlocking(fd);
+  auto* c = new Comm;
+  c->fd = fd;
+  c->isSend = isSend;
+  for (Request& r : c->reqs) r.comm = c;
+  return c;
+}
+
+ncclResult_t exampleConnect(int dev, void* opaque, void** sendComm) {
+  *sendComm = nullptr;
+  auto* h = static_cast<Handle*>(opaque);
+  if (dev != 0 || h->magic != kHandleMagic) return ncclInvalidArgument;
+  if (h->stage == 0) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return ncclSystemError;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&h->addr), sizeof h->addr) != 0 &&
+        errno != EINPROGRESS) {
+      EXAMPLE_WARN("example net plugin: connect: %s", strerror(errno));
+      close(fd);
+      return ncclSystemError;
+    }
+    h->fd = fd;
+    h->stage = 1;
+  }
+  pollfd p{h->fd, POLLOUT, 0};
+  if (poll(&p, 1, 0) == 0) return ncclSuccess;  // not yet: call again
+  int err = 0;
+  socklen_t len = sizeof err;
+  getsockopt(h->fd, SOL_SOCKET, SO_ERROR, &err, &len);
+  if (err != 0) {
+    EXAMPLE_WARN("example net plugin: connect: %s", strerror(err));
+    close(h->fd);
+    h->stage = 0;
+    return ncclSystemError;
+  }
+  *sendComm = newComm(h->fd, true);
+  h->stage = 0;
+  return ncclSuccess;
+}
+
+ncclResult_t exampleAccept(void* listenComm, void** recvComm) {
+  *recvComm = nullptr;
+  int fd = accept4(static_cast<Listen*>(listenComm)->fd, nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return ncclSuccess;
+    EXAMPLE_WARN("example net plugin: accept: %s", strerror(errno));
+    return ncclSystemError;
+  }
+  *recvComm = newComm(fd, false);
+  return ncclSuccess;
+}
+
+ncclResult_t exampleRegMr(void* comm, void*, size_t, int type, void** mhandle) {
+  if (comm == nullptr || type != NCCL_PTR_HOST) return ncclInternalError;
+  *mhandle = &gMr;
+  return ncclSuccess;
+}
+
+ncclResult_t exampleDeregMr(void*, void* mhandle) {
+  return mhandle == &gMr ? ncclSuccess : ncclInternalError;
+}
+
+Request* post(Comm* c, char* data, size_t size, int tag) {
+  for (Request& r : c->reqs) {
+    if (r.used) continue;
+    r.used = true;
+    r.done = false;
+    r.isSend = c->isSend;
+    r.data = data;
+    r.size = c->isSend ? size : 0;
+    r.capacity = size;
+    r.wire = Wire{size, tag, kWireMagic};
+    r.wireDone = 0;
+    r.bodyDone = 0;
+    c->queue.push_back(&r);
+    return &r;
+  }
+  return nullptr;  // all busy: the caller posts again later
+}
+
+ncclResult_t exampleIsend(void* sendComm, void* data, size_t size, void** request) {
+  *request = post(static_cast<Comm*>(sendComm), static_cast<char*>(data), size, 0);
+  return ncclSuccess;
+}
+
+ncclResult_t exampleIrecv(void* recvComm, int n, void** data, size_t size, void** request) {
+  if (n != 1) return ncclInternalError;  // maxRecvs is 1
+  *request = post(static_cast<Comm*>(recvComm), static_cast<char*>(data[0]), size, 0);
+  return ncclSuccess;
+}
+
+// Moves bytes of r, which heads its comm's queue; false on a broken connection.
+bool advance(Request* r) {
+  Comm* c = r->comm;
+  while (true) {
+    char* p;
+    size_t left;
+    if (r->wireDone < sizeof(Wire)) {
+      p = reinterpret_cast<char*>(&r->wire) + r->wireDone;
+      left = sizeof(Wire) - r->wireDone;
+    } else {
+      p = r->data + r->bodyDone;
+      left = r->size - r->bodyDone;
+    }
+    if (left == 0) {
+      r->done = true;
+      return true;
+    }
+    ssize_t n = r->isSend ? send(c->fd, p, left, MSG_NOSIGNAL) : recv(c->fd, p, left, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+    if (n <= 0) {
+      EXAMPLE_WARN("example net plugin: %s: %s", r->isSend ? "send" : "recv",
+                   n == 0 ? "the peer closed the connection" : strerror(errno));
+      return false;
+    }
+    if (r->wireDone < sizeof(Wire)) {
+      r->wireDone += static_cast<size_t>(n);
+      if (!r->isSend && r->wireDone == sizeof(Wire)) {
+        if (r->wire.magic != kWireMagic || r->wire.size > r->capacity) {
+          EXAMPLE_WARN("example net plugin: a message of %llu bytes for a receive of %zu",
+                       static_cast<unsigned long long>(r->wire.size), r->capacity);
+          return false;
+        }
+        r->size = r->wire.size;
+      }
+    } else {
+      r->bodyDone += static_cast<size_t>(n);
+    }
+  }
+}
+
+ncclResult_t exampleTest(void* request, int* done, int* sizes) {
+  auto* r = static_cast<Request*>(request);
+  if (r == nullptr || !r->used) return ncclInternalError;
+  Comm* c = r->comm;
+  while (!c->broken && !c->queue.empty()) {
+    Request* front = c->queue.front();
+    if (!advance(front)) {
+      c->broken = true;
+      break;
+    }
+    if (!front->done) break;
+    c->queue.pop_front();
+  }
+  if (!r->done) {
+    if (c->broken) return ncclSystemError;
+    *done = 0;
+    return ncclSuccess;
+  }
+  *done = 1;
+  if (sizes != nullptr) sizes[0] = r->size > INT_MAX ? INT_MAX : static_cast<int>(r->size);
+  r->used = false;
+  return ncclSuccess;
+}
+
+ncclResult_t exampleIflush(void*, int, void**, int*, void**, void** request) {
+  *request = nullptr;
+  return ncclInternalError;  // host memory only: nothing to flush
+}
+
+ncclResult_t exampleClose(void* comm) {
+  auto* c = static_cast<Comm*>(comm);
+  close(c->fd);
+  delete c;
+  return ncclSuccess;
+}
+
+ncclResult_t exampleCloseListen(void* listenComm) {
+  auto* l = static_cast<Listen*>(listenComm);
+  close(l->fd);
+  delete l;
+  return ncclSuccess;
+}
+
+// Per-version entry points.
+ncclResult_t initV8(ncclDebugLogger_t log) {
+  gLog = log;
+  return exampleInit();
+}
+ncclResult_t initV10(ncclDebugLogger_t log, ncclProfilerCallback_t) {
+  gLog = log;
+  return exampleInit();
+}
+ncclResult_t propsV8(int dev, ncclNetProperties_v8_t* p) {
+  if (dev != 0) return ncclInvalidArgument;
+  fillCommon(p);
+  return ncclSuccess;
+}
+ncclResult_t propsV9(int dev, ncclNetProperties_v9_t* p) {
+  if (dev != 0) return ncclInvalidArgument;
+  fillCommon(p);
+  p->forceFlush = 0;
+  p->vProps.ndevs = 1;
+  p->vProps.devs[0] = 0;
+  p->maxP2pBytes = size_t(1) << 30;
+  p->maxCollBytes = size_t(1) << 30;
+  return ncclSuccess;
+}
+ncclResult_t connectV8(int dev, void* h, void** c, ncclNetDeviceHandle_v8_t**) {
+  return exampleConnect(dev, h, c);
+}
+ncclResult_t connectV10(int dev, ncclNetCommConfig_v10_t*, void* h, void** c,
+                        ncclNetDeviceHandle_v10_t**) {
+  return exampleConnect(dev, h, c);
+}
+ncclResult_t acceptAny(void* l, void** c, ncclNetDeviceHandle_v8_t**) {
+  return exampleAccept(l, c);
+}
+ncclResult_t isendV8(void* c, void* d, int size, int, void*, void** req) {
+  return size < 0 ? ncclInvalidArgument : exampleIsend(c, d, static_cast<size_t>(size), req);
+}
+ncclResult_t isendV9(void* c, void* d, size_t size, int, void*, void** req) {
+  return exampleIsend(c, d, size, req);
+}
+ncclResult_t isendV10(void* c, void* d, size_t size, int, void*, void*, void** req) {
+  return exampleIsend(c, d, size, req);
+}
+ncclResult_t irecvV8(void* c, int n, void** d, int* sizes, int*, void**, void** req) {
+  return sizes[0] < 0 ? ncclInvalidArgument
+                      : exampleIrecv(c, n, d, static_cast<size_t>(sizes[0]), req);
+}
+ncclResult_t irecvV9(void* c, int n, void** d, size_t* sizes, int*, void**, void** req) {
+  return exampleIrecv(c, n, d, sizes[0], req);
+}
+ncclResult_t irecvV10(void* c, int n, void** d, size_t* sizes, int*, void**, void**, void** req) {
+  return exampleIrecv(c, n, d, sizes[0], req);
+}
+
+}  // namespace
+
+// Not const: a const object at namespace scope would have internal linkage in C++.
+extern "C" {
+
+__attribute__((visibility("default"))) ncclNet_v8_t ncclNetPlugin_v8 = {"ExampleSocket",
+                                                                        initV8,
+                                                                        exampleDevices,
+                                                                        propsV8,
+                                                                        exampleListen,
+                                                                        connectV8,
+                                                                        acceptAny,
+                                                                        exampleRegMr,
+                                                                        nullptr,
+                                                                        exampleDeregMr,
+                                                                        isendV8,
+                                                                        irecvV8,
+                                                                        exampleIflush,
+                                                                        exampleTest,
+                                                                        exampleClose,
+                                                                        exampleClose,
+                                                                        exampleCloseListen,
+                                                                        nullptr,
+                                                                        nullptr};
+
+#if NET_EXAMPLE_MAX_VERSION >= 9
+__attribute__((visibility("default"))) ncclNet_v9_t ncclNetPlugin_v9 = {"ExampleSocket",
+                                                                        initV8,
+                                                                        exampleDevices,
+                                                                        propsV9,
+                                                                        exampleListen,
+                                                                        connectV8,
+                                                                        acceptAny,
+                                                                        exampleRegMr,
+                                                                        nullptr,
+                                                                        exampleDeregMr,
+                                                                        isendV9,
+                                                                        irecvV9,
+                                                                        exampleIflush,
+                                                                        exampleTest,
+                                                                        exampleClose,
+                                                                        exampleClose,
+                                                                        exampleCloseListen,
+                                                                        nullptr,
+                                                                        nullptr,
+                                                                        nullptr};
+#endif
+
+#if NET_EXAMPLE_MAX_VERSION >= 10
+__attribute__((visibility("default"))) ncclNet_v10_t ncclNetPlugin_v10 = {
+    "ExampleSocket", initV10,      exampleDevices, propsV9,        exampleListen,      connectV10,
+    acceptAny,       exampleRegMr, nullptr,        exampleDeregMr, isendV10,           irecvV10,
+    exampleIflush,   exampleTest,  exampleClose,   exampleClose,   exampleCloseListen, nullptr,
+    nullptr,         nullptr};
+#endif
+
+}  // extern "C"

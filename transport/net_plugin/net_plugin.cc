@@ -1,0 +1,317 @@
+#include "transport/net_plugin/net_plugin.h"
+
+#include <dlfcn.h>
+#include <strings.h>
+
+#include <climits>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "common/log.h"
+#include "common/param.h"
+#include "transport/net_plugin/net_abi.h"
+
+namespace chorus {
+
+namespace {
+
+// The plugin's log lines join Chorus's (NET subsystem), at the plugin's level.
+void pluginLogger(ncclDebugLogLevel level, unsigned long flags, const char* file, int line,
+                  const char* fmt, ...) {
+  (void)flags;
+  const LogLevel ours = level <= NCCL_LOG_WARN || level == NCCL_LOG_ABORT ? LogLevel::kWarn
+                        : level == NCCL_LOG_INFO                          ? LogLevel::kInfo
+                                                                          : LogLevel::kTrace;
+  if (level == NCCL_LOG_NONE || !logEnabled(ours, kSubsysNet)) return;
+  char text[1024];
+  va_list args;
+  va_start(args, fmt);
+  vsnprintf(text, sizeof text, fmt, args);
+  va_end(args);
+  logWrite(ours, kSubsysNet, file != nullptr ? file : "plugin", line, "plugin: %s", text);
+}
+
+// v10 plugins may report events to a profiler; Chorus has none.
+ncclResult_t noProfiler(void** eHandle, int, void*, int64_t, void*) {
+  if (eHandle != nullptr) *eHandle = nullptr;
+  return ncclSuccess;
+}
+
+Status pluginStatus(ncclResult_t r, const char* what, const char* plugin) {
+  if (r == ncclSuccess) return Status::ok();
+  const int code = static_cast<int>(r);
+  const Code c = code == ncclSystemError       ? Code::kSystemError
+                 : code == ncclInvalidArgument ? Code::kInvalidArgument
+                 : code == ncclInvalidUsage    ? Code::kInvalidUsage
+                 : code == ncclRemoteError     ? Code::kRemoteError
+                                               : Code::kInternalError;
+  return Status(c, formatString("net plugin %s: %s failed (error %d)", plugin, what, code));
+}
+
+#define PLUGIN_CALL(what, call)                                       \
+  do {                                                                \
+    ncclResult_t r_ = (call);                                         \
+    if (r_ != ncclSuccess) return pluginStatus(r_, what, net_->name); \
+  } while (0)
+
+// One version's table behind NetPlugin. Net: ncclNet_vN_t; Props: its properties struct.
+template <class Net, class Props, int V>
+class PluginOf final : public NetPlugin {
+ public:
+  PluginOf(void* lib, const Net* net, std::string library)
+      : lib_(lib), net_(net), library_(std::move(library)) {}
+  ~PluginOf() override {
+    // Plugins keep threads and state for the process's life; like NCCL, never unloaded.
+    (void)lib_;
+  }
+
+  Status start() {
+    if constexpr (V >= 10)
+      PLUGIN_CALL("init", net_->init(pluginLogger, noProfiler));
+    else
+      PLUGIN_CALL("init", net_->init(pluginLogger));
+    int n = 0;
+    PLUGIN_CALL("devices", net_->devices(&n));
+    if (n <= 0)
+      return invalidUsage("net plugin %s (%s) has no device", net_->name, library_.c_str());
+    devices_ = n;
+    return Status::ok();
+  }
+
+  const char* name() const override { return net_->name; }
+  int version() const override { return V; }
+  const std::string& library() const override { return library_; }
+  int devices() const override { return devices_; }
+
+  Status properties(int dev, Properties* out) override {
+    Props p;
+    std::memset(&p, 0, sizeof p);
+    PLUGIN_CALL("getProperties", net_->getProperties(dev, &p));
+    out->name = p.name != nullptr ? p.name : "";
+    out->speedMbps = p.speed;
+    out->maxRecvs = p.maxRecvs;
+    out->ptrSupport = p.ptrSupport;
+    if constexpr (V >= 9)
+      out->maxMessageBytes = p.maxP2pBytes > 0 ? p.maxP2pBytes : size_t(1) << 30;
+    else
+      out->maxMessageBytes = size_t(1) << 30;
+    return Status::ok();
+  }
+
+  Status listen(int dev, void* handle, void** listenComm) override {
+    *listenComm = nullptr;
+    PLUGIN_CALL("listen", net_->listen(dev, handle, listenComm));
+    if (*listenComm == nullptr)
+      return internalError("net plugin %s: listen gave no comm", net_->name);
+    return Status::ok();
+  }
+  Status connect(int dev, void* handle, void** sendComm) override {
+    *sendComm = nullptr;
+    decltype(dummyDevComm()) devComm = nullptr;
+    if constexpr (V >= 10) {
+      ncclNetCommConfig_v10_t config;
+      config.trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;
+      PLUGIN_CALL("connect", net_->connect(dev, &config, handle, sendComm, &devComm));
+    } else {
+      PLUGIN_CALL("connect", net_->connect(dev, handle, sendComm, &devComm));
+    }
+    return Status::ok();
+  }
+  Status accept(void* listenComm, void** recvComm) override {
+    *recvComm = nullptr;
+    decltype(dummyDevComm()) devComm = nullptr;
+    PLUGIN_CALL("accept", net_->accept(listenComm, recvComm, &devComm));
+    return Status::ok();
+  }
+  Status regMr(void* comm, void* data, size_t size, void** mhandle) override {
+    PLUGIN_CALL("regMr", net_->regMr(comm, data, size, NCCL_PTR_HOST, mhandle));
+    return Status::ok();
+  }
+  Status deregMr(void* comm, void* mhandle) override {
+    PLUGIN_CALL("deregMr", net_->deregMr(comm, mhandle));
+    return Status::ok();
+  }
+  Status isend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+               void** request) override {
+    *request = nullptr;
+    if constexpr (V >= 10) {
+      PLUGIN_CALL("isend", net_->isend(sendComm, data, size, tag, mhandle, nullptr, request));
+    } else if constexpr (V == 9) {
+      PLUGIN_CALL("isend", net_->isend(sendComm, data, size, tag, mhandle, request));
+    } else {
+      if (size > static_cast<size_t>(INT_MAX))
+        return internalError("net plugin %s: a v8 isend of %zu bytes", net_->name, size);
+      PLUGIN_CALL("isend",
+                  net_->isend(sendComm, data, static_cast<int>(size), tag, mhandle, request));
+    }
+    return Status::ok();
+  }
+  Status irecv(void* recvComm, void* data, size_t size, int tag, void* mhandle,
+               void** request) override {
+    *request = nullptr;
+    void* datas[1] = {data};
+    int tags[1] = {tag};
+    void* mhandles[1] = {mhandle};
+    if constexpr (V >= 9) {
+      size_t sizes[1] = {size};
+      if constexpr (V >= 10)
+        PLUGIN_CALL("irecv",
+                    net_->irecv(recvComm, 1, datas, sizes, tags, mhandles, nullptr, request));
+      else
+        PLUGIN_CALL("irecv", net_->irecv(recvComm, 1, datas, sizes, tags, mhandles, request));
+    } else {
+      if (size > static_cast<size_t>(INT_MAX))
+        return internalError("net plugin %s: a v8 irecv of %zu bytes", net_->name, size);
+      int sizes[1] = {static_cast<int>(size)};
+      PLUGIN_CALL("irecv", net_->irecv(recvComm, 1, datas, sizes, tags, mhandles, request));
+    }
+    return Status::ok();
+  }
+  Status test(void* request, bool* done, size_t* size) override {
+    int d = 0;
+    int sizes[1] = {0};
+    PLUGIN_CALL("test", net_->test(request, &d, sizes));
+    *done = d != 0;
+    if (*done && size != nullptr) *size = sizes[0] < 0 ? 0 : static_cast<size_t>(sizes[0]);
+    return Status::ok();
+  }
+  Status closeSend(void* c) override {
+    PLUGIN_CALL("closeSend", net_->closeSend(c));
+    return Status::ok();
+  }
+  Status closeRecv(void* c) override {
+    PLUGIN_CALL("closeRecv", net_->closeRecv(c));
+    return Status::ok();
+  }
+  Status closeListen(void* c) override {
+    PLUGIN_CALL("closeListen", net_->closeListen(c));
+    return Status::ok();
+  }
+
+ private:
+  // The device-handle pointer type of this version's connect and accept.
+  static auto dummyDevComm() {
+    if constexpr (V >= 10)
+      return static_cast<ncclNetDeviceHandle_v10_t*>(nullptr);
+    else if constexpr (V == 9)
+      return static_cast<ncclNetDeviceHandle_v9_t*>(nullptr);
+    else
+      return static_cast<ncclNetDeviceHandle_v8_t*>(nullptr);
+  }
+
+  void* lib_;
+  const Net* net_;
+  std::string library_;
+  int devices_ = 0;
+};
+
+#undef PLUGIN_CALL
+
+template <class Net, class Props, int V>
+Result<std::unique_ptr<NetPlugin>> startPlugin(void* lib, void* table, const std::string& path) {
+  std::unique_ptr<PluginOf<Net, Props, V>> p(
+      new PluginOf<Net, Props, V>(lib, static_cast<const Net*>(table), path));
+  CHORUS_TRY(p->start());
+  return std::unique_ptr<NetPlugin>(p.release());
+}
+
+bool looksLikeFile(const std::string& s) {
+  if (s.find('/') != std::string::npos) return true;
+  const size_t n = s.size();
+  return s.compare(0, 3, "lib") == 0 && n > 6 && s.compare(n - 3, 3, ".so") == 0;
+}
+
+}  // namespace
+
+std::vector<std::string> netPluginCandidates(const char* value) {
+  std::vector<std::string> out;
+  if (value == nullptr) {
+    out.push_back("libnccl-net.so");
+    return out;
+  }
+  std::string list(value);
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    std::string entry = list.substr(start, comma - start);
+    while (!entry.empty() && entry.front() == ' ') entry.erase(entry.begin());
+    while (!entry.empty() && entry.back() == ' ') entry.pop_back();
+    start = comma + 1;
+    if (entry.empty() || strcasecmp(entry.c_str(), "none") == 0) continue;
+    out.push_back(entry);
+    if (!looksLikeFile(entry)) out.push_back("libnccl-net-" + entry + ".so");
+  }
+  return out;
+}
+
+Result<std::unique_ptr<NetPlugin>> loadNetPlugin(const std::string& library) {
+  void* lib = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* why = dlerror();
+    return invalidUsage("cannot load %s: %s", library.c_str(), why != nullptr ? why : "?");
+  }
+  Result<std::unique_ptr<NetPlugin>> p = invalidUsage(
+      "%s exports no ncclNetPlugin_v10, _v9 or _v8 (Chorus speaks net plugin versions 8 to 10)",
+      library.c_str());
+  if (void* t = dlsym(lib, "ncclNetPlugin_v10"))
+    p = startPlugin<ncclNet_v10_t, ncclNetProperties_v10_t, 10>(lib, t, library);
+  else if (void* t9 = dlsym(lib, "ncclNetPlugin_v9"))
+    p = startPlugin<ncclNet_v9_t, ncclNetProperties_v9_t, 9>(lib, t9, library);
+  else if (void* t8 = dlsym(lib, "ncclNetPlugin_v8"))
+    p = startPlugin<ncclNet_v8_t, ncclNetProperties_v8_t, 8>(lib, t8, library);
+  // A library whose plugin cannot be used stays loaded: its init may have started threads.
+  return p;
+}
+
+namespace {
+
+Result<NetPlugin*> choosePlugin() {
+  const ParamValue setting = paramRaw("NET_PLUGIN");
+  const ParamValue net = paramRaw("NET");
+  if (net.isSet && strcasecmp(net.value.c_str(), "socket") == 0)
+    return static_cast<NetPlugin*>(nullptr);
+  std::vector<std::string> candidates =
+      netPluginCandidates(setting.isSet ? setting.value.c_str() : nullptr);
+  std::string tried;
+  for (const std::string& lib : candidates) {
+    Result<std::unique_ptr<NetPlugin>> p = loadNetPlugin(lib);
+    if (!p.isOk()) {
+      // The default name, and a bare name's first spelling, are only guesses.
+      LOG_INFO(kSubsysNet, "net plugin: %s", p.status().message().c_str());
+      tried += (tried.empty() ? "" : "; ") + p.status().message();
+      continue;
+    }
+    NetPlugin* plugin = p.take().release();  // lives as long as the process
+    if (net.isSet && strcasecmp(net.value.c_str(), plugin->name()) != 0) {
+      LOG_INFO(kSubsysNet, "net plugin %s (%s) is not %s=%s", plugin->name(), lib.c_str(),
+               net.source.c_str(), net.value.c_str());
+      continue;
+    }
+    LOG_INFO(kSubsysNet | kSubsysInit, "using net plugin %s (ncclNet v%d) from %s, %d device(s)",
+             plugin->name(), plugin->version(), lib.c_str(), plugin->devices());
+    return plugin;
+  }
+  if (net.isSet)
+    return invalidArgument("%s=%s: no such network (a loaded net plugin's name, or Socket)%s%s",
+                           net.source.c_str(), net.value.c_str(), tried.empty() ? "" : ": ",
+                           tried.c_str());
+  if (setting.isSet && !candidates.empty())
+    return invalidUsage("%s=%s: no usable net plugin: %s", setting.source.c_str(),
+                        setting.value.c_str(), tried.c_str());
+  return static_cast<NetPlugin*>(nullptr);
+}
+
+}  // namespace
+
+Result<NetPlugin*> processNetPlugin() {
+  // Chosen once: plugins are initialised once per process.
+  static std::once_flag once;
+  static Result<NetPlugin*> chosen = static_cast<NetPlugin*>(nullptr);
+  std::call_once(once, [] { chosen = choosePlugin(); });
+  return chosen;
+}
+
+}  // namespace chorus

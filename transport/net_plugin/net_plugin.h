@@ -1,0 +1,64 @@
+// NCCL net plugins in Chorus: the library NCCL_NET_PLUGIN names is loaded with dlopen, its
+// newest table (ncclNetPlugin_v10, then v9, then v8) is taken, and the calls are wrapped behind
+// one interface with size_t sizes, whatever the version. The plugin transport
+// (net_transport.cc) moves FIFO slots through it between ranks on different hosts.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace chorus {
+
+class NetPlugin {
+ public:
+  struct Properties {
+    std::string name;
+    int speedMbps = 0;
+    int maxRecvs = 1;
+    int ptrSupport = 0;
+    size_t maxMessageBytes = 0;  // the largest isend (v8: 1 GiB, int sizes)
+  };
+  virtual ~NetPlugin() = default;
+  virtual const char* name() const = 0;  // the table's own name (what NCCL_NET matches)
+  virtual int version() const = 0;       // 8, 9 or 10
+  virtual const std::string& library() const = 0;
+  virtual int devices() const = 0;
+  virtual Status properties(int dev, Properties* out) = 0;
+  // handle: NCCL_NET_HANDLE_MAXSIZE bytes. connect and accept may leave *comm null: call again
+  // (connect with the same handle buffer).
+  virtual Status listen(int dev, void* handle, void** listenComm) = 0;
+  virtual Status connect(int dev, void* handle, void** sendComm) = 0;
+  virtual Status accept(void* listenComm, void** recvComm) = 0;
+  virtual Status regMr(void* comm, void* data, size_t size, void** mhandle) = 0;  // host memory
+  virtual Status deregMr(void* comm, void* mhandle) = 0;
+  // *request null: not posted, try again later.
+  virtual Status isend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+                       void** request) = 0;
+  virtual Status irecv(void* recvComm, void* data, size_t size, int tag, void* mhandle,
+                       void** request) = 0;
+  virtual Status test(void* request, bool* done, size_t* size) = 0;
+  virtual Status closeSend(void* sendComm) = 0;
+  virtual Status closeRecv(void* recvComm) = 0;
+  virtual Status closeListen(void* listenComm) = 0;
+};
+
+// The libraries NCCL_NET_PLUGIN's value names, in the order they are tried: for each entry of
+// a comma-separated list, the entry as given (a file name or path), then libnccl-net-<entry>.so
+// unless it looks like a file name already; unset (null): libnccl-net.so; "none": nothing.
+std::vector<std::string> netPluginCandidates(const char* value);
+
+// Loads one library and wraps its newest table; an error says why it is not usable (no table,
+// init failed, no device).
+Result<std::unique_ptr<NetPlugin>> loadNetPlugin(const std::string& library);
+
+// The plugin of this process, chosen once from NCCL_NET_PLUGIN and NCCL_NET: null when none is
+// configured or found (ranks then use Chorus's sockets). A plugin that NCCL_NET_PLUGIN names
+// explicitly and that cannot be used, or an NCCL_NET that names no available network, is an
+// error.
+Result<NetPlugin*> processNetPlugin();
+
+}  // namespace chorus

@@ -1,0 +1,389 @@
+// The net plugin transport: ranks on different hosts through an NCCL net plugin. As with the
+// socket transport, each connector is a FIFO in local memory whose far end is this
+// communicator's proxy; here the proxy moves slots with the plugin's isend/irecv/test. Each slot
+// travels as two messages, its 32-byte SlotInfo (size and call) and its data, both from memory
+// registered with the plugin once per connection; at most kInFlight slots per connection are
+// posted at a time (the plugin's request limit is far above). Receives are posted ahead into
+// free slots. Setup never blocks on the plugin: connect and accept are retried by whoever
+// drives progress (finishRecv's wait, the proxy), so two ranks that connect to each other
+// before accepting do not wait on each other.
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/log.h"
+#include "transport/net_plugin/net_abi.h"
+#include "transport/net_plugin/net_plugin.h"
+#include "transport/transport.h"
+
+namespace chorus {
+
+namespace {
+
+constexpr uint32_t kInfoMagic = 0x4e455450;  // "NETP"
+constexpr uint64_t kInFlight = 8;
+
+struct NetInfo {
+  uint32_t magic;
+  int32_t dev;
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+};
+static_assert(sizeof(NetInfo) <= sizeof(ConnectInfo), "NetInfo must fit a ConnectInfo");
+
+struct AlignedFree {
+  void operator()(void* p) const { free(p); }
+};
+
+struct NetConn {
+  bool isSend = false;
+  int peer = -1;
+  int channel = -1;
+  int dev = 0;
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};  // send side: the listener's, reused by retries
+  void* listenComm = nullptr;                 // receive side, until accepted
+  void* comm = nullptr;                       // the plugin's send or receive comm
+  void* dataMr = nullptr;
+  void* headMr = nullptr;
+  std::unique_ptr<void, AlignedFree> memory;  // the FIFO
+  std::unique_ptr<void, AlignedFree> heads;   // one SlotInfo per slot, as sent or received
+  FifoHeader* fifo = nullptr;
+  char* data = nullptr;
+  SlotInfo* slotHeads = nullptr;
+  uint64_t posted = 0;  // slots whose two messages are posted
+  uint64_t done = 0;    // slots whose two messages completed, in order
+  struct Req {
+    void* head = nullptr;
+    void* data = nullptr;
+    bool headDone = false;
+    bool dataDone = false;
+  } reqs[kInFlight];
+  bool failed = false;
+};
+
+class NetTransport final : public Transport, public ProxyLink {
+ public:
+  NetTransport(const TransportContext& ctx, NetPlugin* plugin) : ctx_(ctx), plugin_(plugin) {
+    doorbellFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  }
+
+  ~NetTransport() override {
+    stop_.store(true);
+    if (doorbellFd >= 0) ring();
+    if (proxy_.joinable()) proxy_.join();
+    for (auto& c : conns_) close(*c);
+    if (doorbellFd >= 0) ::close(doorbellFd);
+  }
+
+  const char* name() const override { return "net"; }
+
+  Status setupRecv(int peer, int channel, bool, ConnectInfo* info, RecvConnector* conn) override {
+    std::unique_ptr<NetConn> c = newConn(false, peer, channel);
+    NetInfo ni{};
+    ni.magic = kInfoMagic;
+    ni.dev = c->dev;
+    CHORUS_TRY(plugin_->listen(c->dev, ni.handle, &c->listenComm)
+                   .withContext(formatString("net plugin transport: listening for rank %d", peer)));
+    memcpy(info->bytes, &ni, sizeof ni);
+    *conn = RecvConnector(c->memory.get());
+    return addConn(std::move(c));
+  }
+
+  Status connectSend(int peer, int channel, const ConnectInfo& info, SendConnector* conn) override {
+    NetInfo ni;
+    memcpy(&ni, info.bytes, sizeof ni);
+    if (ni.magic != kInfoMagic)
+      return remoteError("net plugin transport: rank %d's connection info is not a plugin's", peer);
+    std::unique_ptr<NetConn> c = newConn(true, peer, channel);
+    c->dev = ni.dev;
+    memcpy(c->handle, ni.handle, sizeof c->handle);
+    *conn = SendConnector(c->memory.get());
+    return addConn(std::move(c));
+  }
+
+  // Drives every pending connect and accept until peer's sender connected on channel.
+  Status finishRecv(int peer, int channel) override {
+    Waiter waiter(ctx_.timeoutSeconds, ctx_.abort, 200);
+    while (true) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto& c : conns_) {
+          if (c->isSend || c->peer != peer || c->channel != channel) continue;
+          setup(*c);
+          if (c->failed) return remoteError("net plugin transport: accepting rank %d failed", peer);
+          if (c->comm != nullptr) return Status::ok();
+        }
+        for (auto& c : conns_) setup(*c);
+      }
+      Code code = waiter.pauseAny();
+      if (code != Code::kInProgress)
+        return Status(code,
+                      formatString("net plugin transport: waiting for rank %d to connect "
+                                   "(channel %d)%s",
+                                   peer, channel, code == Code::kRemoteError ? ": timed out" : ""));
+    }
+  }
+
+  void tryProgress(const void* recvFifo) override {
+    std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+    if (lock.owns_lock()) progress(false, recvFifo);
+  }
+  void tryProgressAll() override {
+    std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+    if (lock.owns_lock()) progress(true, nullptr);
+  }
+  bool progressNeedsProxy() override {
+    std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return true;
+    progress(false, nullptr);
+    for (auto& c : conns_)
+      if (c->isSend && !c->failed && c->posted < c->fifo->tail.load(std::memory_order_acquire))
+        return true;
+    return false;
+  }
+
+ private:
+  std::unique_ptr<NetConn> newConn(bool isSend, int peer, int channel) {
+    auto c = std::make_unique<NetConn>();
+    c->isSend = isSend;
+    c->peer = peer;
+    c->channel = channel;
+    c->dev = channel % std::max(1, plugin_->devices());
+    const size_t bytes = (ctx_.geometry.totalBytes() + 4095) & ~size_t(4095);
+    c->memory.reset(aligned_alloc(4096, bytes));
+    c->heads.reset(aligned_alloc(4096, 4096 * ((sizeof(SlotInfo) * kMaxFifoSlots + 4095) / 4096)));
+    if (!c->memory || !c->heads) throw std::bad_alloc();
+    fifoInit(c->memory.get(), ctx_.geometry);
+    c->fifo = static_cast<FifoHeader*>(c->memory.get());
+    c->fifo->proxy = this;
+    c->data = static_cast<char*>(c->memory.get()) + FifoGeometry::dataOffset();
+    c->slotHeads = static_cast<SlotInfo*>(c->heads.get());
+    return c;
+  }
+
+  Status addConn(std::unique_ptr<NetConn> c) {
+    if (doorbellFd < 0) return errnoError(EMFILE, "net plugin transport: eventfd for the proxy");
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (c->isSend) setup(*c);
+    conns_.push_back(std::move(c));
+    if (!proxy_.joinable()) proxy_ = std::thread([this] { proxyLoop(); });
+    return Status::ok();
+  }
+
+  // A receive that fails ends the waits on its FIFO with the reason, and nothing more: a peer
+  // that finished and closed its connections looks the same to a plugin as one that died, and
+  // is no error unless this rank still waits for it. A failed send loses data: the
+  // communicator fails.
+  void fail(NetConn& c, const Status& s) {
+    if (c.failed) return;
+    c.failed = true;
+    Status st =
+        s.withContext(formatString("net plugin %s: %s rank %d (channel %d)", plugin_->name(),
+                                   c.isSend ? "sending to" : "receiving from", c.peer, c.channel));
+    if (!c.isSend) {
+      LOG_INFO(kSubsysNet, "%s", st.message().c_str());
+      snprintf(c.fifo->peerError, kPeerErrorBytes, "%s", st.message().c_str());
+      c.fifo->peerClosed.store(1, std::memory_order_release);
+      wakeSleepers(c.fifo->tail, c.fifo->tailSleepers);
+      return;
+    }
+    LOG_WARN(kSubsysNet, "%s", st.message().c_str());
+    ctx_.errors->reportAsyncError(remoteError("%s", st.message().c_str()));
+  }
+
+  // One non-blocking try at the connection of c; registers its memory once connected.
+  void setup(NetConn& c) {
+    if (c.comm != nullptr || c.failed) return;
+    Status s = c.isSend ? plugin_->connect(c.dev, c.handle, &c.comm)
+                        : plugin_->accept(c.listenComm, &c.comm);
+    if (s.isOk() && c.comm != nullptr) {
+      s = plugin_->regMr(c.comm, c.data, size_t(ctx_.geometry.nslots) * ctx_.geometry.slotBytes,
+                         &c.dataMr);
+      if (s.isOk())
+        s = plugin_->regMr(c.comm, c.slotHeads, sizeof(SlotInfo) * kMaxFifoSlots, &c.headMr);
+      if (s.isOk() && !c.isSend) {
+        s = plugin_->closeListen(c.listenComm);
+        c.listenComm = nullptr;
+      }
+      if (s.isOk())
+        LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d through net plugin %s (device %d)",
+                 ctx_.rank, c.isSend ? "sending to" : "receiving from", c.peer, c.channel,
+                 plugin_->name(), c.dev);
+    }
+    if (!s.isOk()) fail(c, s);
+  }
+
+  // Posts what c can post and completes what finished; true when something moved.
+  bool progressConn(NetConn& c) {
+    if (c.comm == nullptr) {
+      setup(c);
+      if (c.comm == nullptr) return false;
+    }
+    const uint32_t nslots = ctx_.geometry.nslots;
+    const size_t slotBytes = ctx_.geometry.slotBytes;
+    const int tag = c.isSend ? ctx_.rank : c.peer;
+    bool moved = false;
+    // Post: a send, each slot the executor published; a receive, each free slot.
+    const uint64_t limit = c.isSend ? c.fifo->tail.load(std::memory_order_acquire)
+                                    : c.fifo->head.load(std::memory_order_acquire) + nslots;
+    while (c.posted < limit && c.posted - c.done < kInFlight) {
+      const uint64_t slot = c.posted % nslots;
+      NetConn::Req& r = c.reqs[c.posted % kInFlight];
+      char* slotData = c.data + slot * slotBytes;
+      Status s = Status::ok();
+      if (r.head == nullptr) {
+        if (c.isSend) {
+          c.slotHeads[slot] = c.fifo->slots[slot];
+          s = plugin_->isend(c.comm, &c.slotHeads[slot], sizeof(SlotInfo), tag, c.headMr, &r.head);
+        } else {
+          s = plugin_->irecv(c.comm, &c.slotHeads[slot], sizeof(SlotInfo), tag, c.headMr, &r.head);
+        }
+        if (!s.isOk()) {
+          fail(c, s);
+          return true;
+        }
+        if (r.head == nullptr) break;
+      }
+      s = c.isSend
+              ? plugin_->isend(c.comm, slotData, c.slotHeads[slot].bytes, tag, c.dataMr, &r.data)
+              : plugin_->irecv(c.comm, slotData, slotBytes, tag, c.dataMr, &r.data);
+      if (!s.isOk()) {
+        fail(c, s);
+        return true;
+      }
+      if (r.data == nullptr) break;
+      ++c.posted;
+      moved = true;
+    }
+    // Complete, in order.
+    while (c.done < c.posted) {
+      NetConn::Req& r = c.reqs[c.done % kInFlight];
+      const uint64_t slot = c.done % nslots;
+      size_t got = 0;
+      if (!r.headDone) {
+        Status s = plugin_->test(r.head, &r.headDone, nullptr);
+        if (!s.isOk()) {
+          fail(c, s);
+          return true;
+        }
+        if (!r.headDone) break;
+      }
+      if (!r.dataDone) {
+        Status s = plugin_->test(r.data, &r.dataDone, &got);
+        if (!s.isOk()) {
+          fail(c, s);
+          return true;
+        }
+        if (!r.dataDone) break;
+        if (!c.isSend && (got != c.slotHeads[slot].bytes || got > slotBytes)) {
+          fail(c, internalError("a message of %zu bytes where its header said %llu", got,
+                                static_cast<unsigned long long>(c.slotHeads[slot].bytes)));
+          return true;
+        }
+      }
+      r = NetConn::Req{};
+      ++c.done;
+      moved = true;
+      if (c.isSend) {
+        c.fifo->head.store(c.done, std::memory_order_release);
+        wakeSleepers(c.fifo->head, c.fifo->headSleepers);
+      } else {
+        c.fifo->slots[slot] = c.slotHeads[slot];
+        c.fifo->tail.store(c.done, std::memory_order_release);
+        wakeSleepers(c.fifo->tail, c.fifo->tailSleepers);
+      }
+    }
+    return moved;
+  }
+
+  // Callers hold mutex_.
+  bool progress(bool everyRecv, const void* recvFifo) {
+    bool moved = false;
+    for (auto& c : conns_) {
+      if (c->failed) continue;
+      if (c->isSend || everyRecv || recvFifo == c->fifo) moved |= progressConn(*c);
+    }
+    return moved;
+  }
+
+  bool sendsDrained() const {
+    for (const auto& c : conns_)
+      if (c->isSend && !c->failed && c->comm != nullptr &&
+          c->done < c->fifo->tail.load(std::memory_order_acquire))
+        return false;
+    return true;
+  }
+
+  void close(NetConn& c) {
+    if (c.comm != nullptr) {
+      if (c.dataMr != nullptr) (void)plugin_->deregMr(c.comm, c.dataMr);
+      if (c.headMr != nullptr) (void)plugin_->deregMr(c.comm, c.headMr);
+      (void)(c.isSend ? plugin_->closeSend(c.comm) : plugin_->closeRecv(c.comm));
+    }
+    if (c.listenComm != nullptr) (void)plugin_->closeListen(c.listenComm);
+    c.comm = c.listenComm = nullptr;
+  }
+
+  void proxyLoop() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    int64_t idleNs = 0;
+    Clock::time_point drainDeadline{};
+    bool draining = false;
+    while (true) {
+      const bool moved = progress(true, nullptr);
+      if (ctx_.abort->isRaised()) {
+        for (auto& c : conns_) c->failed = true;
+        return;
+      }
+      if (stop_.load(std::memory_order_relaxed)) {
+        // Deliver what was posted before the communicator went away, within a bound.
+        if (!draining) {
+          draining = true;
+          drainDeadline = Clock::now() + std::chrono::seconds(10);
+        }
+        if (sendsDrained() || Clock::now() > drainDeadline) return;
+      }
+      if (moved) {
+        idleNs = 0;
+        continue;
+      }
+      // The plugin has no descriptor to sleep on: nap, longer while nothing moves (threads
+      // that wait on a FIFO move its data themselves meanwhile), woken early by the doorbell.
+      idleNs = std::min<int64_t>(idleNs == 0 ? 20000 : idleNs * 2, 2000000);
+      sleeping.store(kAsleep, std::memory_order_seq_cst);
+      lock.unlock();
+      pollfd fd{doorbellFd, POLLIN, 0};
+      timespec ts{0, static_cast<long>(idleNs)};
+      ppoll(&fd, 1, &ts, nullptr);
+      uint64_t drained;
+      while (read(doorbellFd, &drained, sizeof(drained)) > 0) {
+      }
+      lock.lock();
+      sleeping.store(kAwake, std::memory_order_relaxed);
+    }
+  }
+
+  TransportContext ctx_;
+  NetPlugin* plugin_;
+  std::mutex mutex_;  // one thread at a time calls the plugin
+  std::vector<std::unique_ptr<NetConn>> conns_;
+  std::thread proxy_;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace
+
+std::unique_ptr<Transport> makeNetPluginTransport(const TransportContext& ctx, NetPlugin* plugin) {
+  return std::make_unique<NetTransport>(ctx, plugin);
+}
+
+}  // namespace chorus
