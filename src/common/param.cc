@@ -61,6 +61,13 @@ const std::vector<ParamDef> kParams = {
      "TCP connections per socket connector (1..16): messages of 64 KiB and more are striped "
      "over them; the receiving rank's value is used",
      false},
+    {"IB_GID_INDEX", ParamType::kInt, "-1",
+     "GID index of RoCE ports (-1: the lowest of the RoCE version and address family asked for)",
+     true},
+    {"IB_ROCE_VERSION_NUM", ParamType::kInt, "2", "RoCE version whose GIDs are preferred (1 or 2)",
+     true},
+    {"IB_ADDR_FAMILY", ParamType::kString, "AF_INET",
+     "address family of the RoCE GIDs preferred: AF_INET or AF_INET6", true},
     {"NET_PLUGIN", ParamType::kString, "",
      "NCCL net plugin to load: a name X (libnccl-net-X.so), a file name or path, a comma "
      "separated list of these tried in order, or none (unset: libnccl-net.so when there is one); "

@@ -180,6 +180,8 @@ Status Communicator::init(const UniqueIdInfo& id) {
   // The HCA filter is checked against what this host has, even before a verbs transport uses it.
   Result<std::vector<HcaPort>> hcas = selectHcaPortsFromEnvironment(*topo.value());
   if (!hcas.isOk()) return hcas.status().withContext(formatString("rank %d init", rank_));
+  Result<std::vector<int>> gids = selectGidsFromEnvironment(*topo.value(), hcas.value());
+  if (!gids.isOk()) return gids.status().withContext(formatString("rank %d init", rank_));
   // An NCCL net plugin (NCCL_NET_PLUGIN): ranks on different hosts that loaded the same one
   // talk through it.
   Result<NetPlugin*> plugin = processNetPlugin();

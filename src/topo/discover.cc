@@ -497,7 +497,9 @@ void readIbDevices(const std::string& sys, LocalTopology* t) {
       p.linkLayer = readLineOr(portDir + "/link_layer", "InfiniBand");
       for (int index : listNumbered(portDir + "/gids", "")) {
         std::string gid = readLineOr(portDir + "/gids/" + std::to_string(index), "");
-        if (!gid.empty() && !isZeroGid(gid)) p.gids.push_back({index, gid});
+        if (!gid.empty() && !isZeroGid(gid))
+          p.gids.push_back(
+              {index, gid, readLineOr(portDir + "/gid_attrs/types/" + std::to_string(index), "")});
       }
       d.ports.push_back(std::move(p));
     }

@@ -85,6 +85,7 @@ Value dumpIb(const IbDevice& d) {
     for (const IbGid& g : p.gids) {
       Value entry = Value::makeObject();
       entry.add("index", integer(g.index)).add("gid", str(g.gid));
+      if (!g.type.empty()) entry.add("type", str(g.type));
       gids.push(std::move(entry));
     }
     Value port = Value::makeObject();
@@ -535,10 +536,11 @@ class TopologyReader {
     CHORUS_TRY(r.forEach("gids", false, [&](const Value& g, const std::string& gp) {
       CHORUS_TRY(objectAt(src_, g, gp));
       ObjectReader gr(src_, g, gp);
-      CHORUS_TRY(gr.checkKeys({"index", "gid"}));
+      CHORUS_TRY(gr.checkKeys({"index", "gid", "type"}));
       IbGid gid;
       CHORUS_TRY(gr.getIntAs("index", true, 0, INT32_MAX, &gid.index));
       CHORUS_TRY(gr.getString("gid", true, &gid.gid));
+      CHORUS_TRY(gr.getString("type", false, &gid.type));
       unsigned char buf[16];
       if (inet_pton(AF_INET6, gid.gid.c_str(), buf) != 1)
         return errorAt(src_, *g.find("gid"), gp + ".gid",

@@ -67,7 +67,8 @@
 //         "rate_gbps": 200,             opt number >= 0 (default 0: unknown)
 //         "link_layer": "InfiniBand",   string: "InfiniBand" or "Ethernet"
 //         "gids": [                     opt array (default [])
-//           {"index": 0, "gid": "fe80:0000:0000:0000:ba59:9f03:00d4:1e2a"}]}
+//           {"index": 0, "gid": "fe80:0000:0000:0000:ba59:9f03:00d4:1e2a",
+//            "type": "RoCE v2"}]}     (type: opt, "IB/RoCE v1" or "RoCE v2")
 //      ]}
 //   ],
 //   "gpus": [                           opt array (default []), ordered by index

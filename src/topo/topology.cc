@@ -40,7 +40,7 @@ bool operator==(const NetInterface& a, const NetInterface& b) {
 }
 
 bool operator==(const IbGid& a, const IbGid& b) {
-  return a.index == b.index && a.gid == b.gid;
+  return a.index == b.index && a.gid == b.gid && a.type == b.type;
 }
 
 bool operator==(const IbPort& a, const IbPort& b) {

@@ -67,7 +67,8 @@ struct NetInterface {
 
 struct IbGid {
   int index = 0;
-  std::string gid;  // "fe80:0000:0000:0000:0e42:a1ff:fe5f:0a3c"
+  std::string gid;   // "fe80:0000:0000:0000:0e42:a1ff:fe5f:0a3c"
+  std::string type;  // "IB/RoCE v1" or "RoCE v2" (gid_attrs/types); "" when unknown
 };
 
 struct IbPort {

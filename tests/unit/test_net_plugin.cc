@@ -79,8 +79,12 @@ void connectPair(NetPlugin& p, void** send, void** recv) {
   ASSERT_TRUE(p.listen(0, handle, &listen).isOk());
   *send = *recv = nullptr;
   for (int i = 0; i < 100000 && (*send == nullptr || *recv == nullptr); ++i) {
-    if (*send == nullptr) ASSERT_TRUE(p.connect(0, handle, send).isOk());
-    if (*recv == nullptr) ASSERT_TRUE(p.accept(listen, recv).isOk());
+    if (*send == nullptr) {
+      ASSERT_TRUE(p.connect(0, handle, send).isOk());
+    }
+    if (*recv == nullptr) {
+      ASSERT_TRUE(p.accept(listen, recv).isOk());
+    }
   }
   ASSERT_NE(*send, nullptr);
   ASSERT_NE(*recv, nullptr);
@@ -121,13 +125,19 @@ void expectMessagesArrive(const char* env, int version) {
     bool sdone = false, rdone = false;
     size_t sent = 0, got = 0;
     for (long i = 0; i < 10000000 && !(sdone && rdone); ++i) {
-      if (!sdone) ASSERT_TRUE(p.test(sreq, &sdone, &sent).isOk());
-      if (!rdone) ASSERT_TRUE(p.test(rreq, &rdone, &got).isOk());
+      if (!sdone) {
+        ASSERT_TRUE(p.test(sreq, &sdone, &sent).isOk());
+      }
+      if (!rdone) {
+        ASSERT_TRUE(p.test(rreq, &rdone, &got).isOk());
+      }
     }
     ASSERT_TRUE(sdone && rdone);
     EXPECT_EQ(sent, bytes);
     EXPECT_EQ(got, bytes);
-    EXPECT_EQ(memcmp(in.data(), out.data(), bytes), 0);
+    if (bytes > 0) {
+      EXPECT_EQ(memcmp(in.data(), out.data(), bytes), 0);
+    }
     EXPECT_EQ(in[bytes], 0xee);  // nothing past the message
     EXPECT_TRUE(p.deregMr(send, smr).isOk());
     EXPECT_TRUE(p.deregMr(recv, rmr).isOk());

@@ -345,7 +345,7 @@ ncclResult_t initV8(ncclDebugLogger_t log) {
   gLog = log;
   return exampleInit();
 }
-ncclResult_t initV10(ncclDebugLogger_t log, ncclProfilerCallback_t) {
+[[maybe_unused]] ncclResult_t initV10(ncclDebugLogger_t log, ncclProfilerCallback_t) {
   gLog = log;
   return exampleInit();
 }
@@ -354,7 +354,7 @@ ncclResult_t propsV8(int dev, ncclNetProperties_v8_t* p) {
   fillCommon(p);
   return ncclSuccess;
 }
-ncclResult_t propsV9(int dev, ncclNetProperties_v9_t* p) {
+[[maybe_unused]] ncclResult_t propsV9(int dev, ncclNetProperties_v9_t* p) {
   if (dev != 0) return ncclInvalidArgument;
   fillCommon(p);
   p->forceFlush = 0;
@@ -367,8 +367,8 @@ ncclResult_t propsV9(int dev, ncclNetProperties_v9_t* p) {
 ncclResult_t connectV8(int dev, void* h, void** c, ncclNetDeviceHandle_v8_t**) {
   return exampleConnect(dev, h, c);
 }
-ncclResult_t connectV10(int dev, ncclNetCommConfig_v10_t*, void* h, void** c,
-                        ncclNetDeviceHandle_v10_t**) {
+[[maybe_unused]] ncclResult_t connectV10(int dev, ncclNetCommConfig_v10_t*, void* h, void** c,
+                                         ncclNetDeviceHandle_v10_t**) {
   return exampleConnect(dev, h, c);
 }
 ncclResult_t acceptAny(void* l, void** c, ncclNetDeviceHandle_v8_t**) {
@@ -377,20 +377,23 @@ ncclResult_t acceptAny(void* l, void** c, ncclNetDeviceHandle_v8_t**) {
 ncclResult_t isendV8(void* c, void* d, int size, int, void*, void** req) {
   return size < 0 ? ncclInvalidArgument : exampleIsend(c, d, static_cast<size_t>(size), req);
 }
-ncclResult_t isendV9(void* c, void* d, size_t size, int, void*, void** req) {
+[[maybe_unused]] ncclResult_t isendV9(void* c, void* d, size_t size, int, void*, void** req) {
   return exampleIsend(c, d, size, req);
 }
-ncclResult_t isendV10(void* c, void* d, size_t size, int, void*, void*, void** req) {
+[[maybe_unused]] ncclResult_t isendV10(void* c, void* d, size_t size, int, void*, void*,
+                                       void** req) {
   return exampleIsend(c, d, size, req);
 }
 ncclResult_t irecvV8(void* c, int n, void** d, int* sizes, int*, void**, void** req) {
   return sizes[0] < 0 ? ncclInvalidArgument
                       : exampleIrecv(c, n, d, static_cast<size_t>(sizes[0]), req);
 }
-ncclResult_t irecvV9(void* c, int n, void** d, size_t* sizes, int*, void**, void** req) {
+[[maybe_unused]] ncclResult_t irecvV9(void* c, int n, void** d, size_t* sizes, int*, void**,
+                                      void** req) {
   return exampleIrecv(c, n, d, sizes[0], req);
 }
-ncclResult_t irecvV10(void* c, int n, void** d, size_t* sizes, int*, void**, void**, void** req) {
+[[maybe_unused]] ncclResult_t irecvV10(void* c, int n, void** d, size_t* sizes, int*, void**,
+                                       void**, void** req) {
   return exampleIrecv(c, n, d, sizes[0], req);
 }
 

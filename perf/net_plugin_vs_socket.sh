@@ -1,0 +1,76 @@
+#!/bin/bash
+# All-reduce bus bandwidth between two simulated hosts (network namespaces joined by a veth
+# pair, one rank each) over Chorus's own sockets and through the example NCCL net plugin, in
+# interleaved rounds (the order alternates); prints each size's busbw per round and the median
+# ratio plugin/socket. Needs root and iproute2; nothing is configured outside the namespaces.
+# usage: perf/net_plugin_vs_socket.sh [rounds] [perf args]
+#   e.g. perf/net_plugin_vs_socket.sh 5 "-b 8 -e 16M -f 4"
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD:-$here/build}
+rounds=${1:-5}
+args=${2:-"-b 8 -e 16M -f 8 -n 20 -w 5 -c 0"}
+plugin="$build/transport/libnccl-net-example.so"
+tag="chorus-np-$$"
+tmp=$(mktemp -d)
+cleanup() {
+  ip netns delete "$tag-a" 2>/dev/null || true
+  ip netns delete "$tag-b" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+ip netns add "$tag-a"
+ip netns add "$tag-b"
+ip -n "$tag-a" link set lo up
+ip -n "$tag-b" link set lo up
+ip -n "$tag-a" link add veth0 type veth peer name veth1 netns "$tag-b"
+ip -n "$tag-a" addr add 10.215.0.1/24 dev veth0
+ip -n "$tag-b" addr add 10.215.0.2/24 dev veth1
+ip -n "$tag-a" link set veth0 up
+ip -n "$tag-b" link set veth1 up
+
+port=29700
+# run <variant> <round>: rank 0's output in $tmp/<variant>.<round>
+run() {
+  local variant=$1 round=$2 extra=()
+  port=$((port + 1))
+  [ "$variant" = plugin ] && extra=(NCCL_NET_PLUGIN="$plugin")
+  for r in 0 1; do
+    ns="$tag-a"
+    [ "$r" = 1 ] && ns="$tag-b"
+    # shellcheck disable=SC2086
+    ip netns exec "$ns" env CHORUS_RANK=$r CHORUS_NRANKS=2 NCCL_COMM_ID=10.215.0.1:$port \
+      CHORUS_COMM_SECRET=0123456789abcdef "${extra[@]}" \
+      "$build/perf/all_reduce_perf" $args >"$tmp/$variant.$round.$r" 2>&1 &
+  done
+  wait
+  cp "$tmp/$variant.$round.0" "$tmp/$variant.$round"
+}
+
+for ((i = 1; i <= rounds; i++)); do
+  if ((i % 2)); then order="socket plugin"; else order="plugin socket"; fi
+  for v in $order; do run "$v" "$i"; done
+done
+python3 - "$tmp" "$rounds" <<'PY'
+import statistics, sys, os
+tmp, rounds = sys.argv[1], int(sys.argv[2])
+def busbw(path):
+    out = {}
+    for line in open(path):
+        f = line.split()
+        if line.startswith("#") or len(f) != 13:
+            continue
+        out[int(f[0])] = float(f[7])  # out-of-place busbw, GB/s
+    return out
+data = {v: [busbw(os.path.join(tmp, "%s.%d" % (v, r))) for r in range(1, rounds + 1)]
+        for v in ("socket", "plugin")}
+print("%10s %-28s %-28s %s" % ("size (B)", "socket busbw (GB/s)", "plugin busbw (GB/s)",
+                                "median plugin/socket"))
+for size in sorted(data["socket"][0]):
+    s = [d[size] for d in data["socket"]]
+    p = [d[size] for d in data["plugin"]]
+    ratios = [b / a for a, b in zip(s, p) if a > 0]
+    print("%10d %-28s %-28s %.2f" % (size, " ".join("%.3f" % x for x in s),
+                                     " ".join("%.3f" % x for x in p),
+                                     statistics.median(ratios) if ratios else float("nan")))
+PY
