@@ -1,8 +1,8 @@
 #!/bin/bash
 # All-reduce bus bandwidth between two simulated hosts (network namespaces joined by a veth
 # pair, one rank each) over Chorus's own sockets and through the example NCCL net plugin, in
-# interleaved rounds (the order alternates); prints each size's busbw per round and the median
-# ratio plugin/socket. Needs root and iproute2; nothing is configured outside the namespaces.
+# interleaved rounds (the order alternates); prints each size's time per call (us, out of
+# place) per round and the median ratio of the plugin's time to the sockets'. Needs root and iproute2; nothing is configured outside the namespaces.
 # usage: perf/net_plugin_vs_socket.sh [rounds] [perf args]
 #   e.g. perf/net_plugin_vs_socket.sh 5 "-b 8 -e 16M -f 4"
 set -eu
@@ -54,23 +54,23 @@ done
 python3 - "$tmp" "$rounds" <<'PY'
 import statistics, sys, os
 tmp, rounds = sys.argv[1], int(sys.argv[2])
-def busbw(path):
+def times(path):
     out = {}
     for line in open(path):
         f = line.split()
         if line.startswith("#") or len(f) != 13:
             continue
-        out[int(f[0])] = float(f[7])  # out-of-place busbw, GB/s
+        out[int(f[0])] = float(f[5])  # out-of-place time per call, us
     return out
-data = {v: [busbw(os.path.join(tmp, "%s.%d" % (v, r))) for r in range(1, rounds + 1)]
+data = {v: [times(os.path.join(tmp, "%s.%d" % (v, r))) for r in range(1, rounds + 1)]
         for v in ("socket", "plugin")}
-print("%10s %-28s %-28s %s" % ("size (B)", "socket busbw (GB/s)", "plugin busbw (GB/s)",
-                                "median plugin/socket"))
+print("%10s  %-40s  %-40s  %s" % ("size (B)", "socket, us per call", "plugin, us per call",
+                                  "median plugin/socket time"))
 for size in sorted(data["socket"][0]):
     s = [d[size] for d in data["socket"]]
     p = [d[size] for d in data["plugin"]]
     ratios = [b / a for a, b in zip(s, p) if a > 0]
-    print("%10d %-28s %-28s %.2f" % (size, " ".join("%.3f" % x for x in s),
-                                     " ".join("%.3f" % x for x in p),
-                                     statistics.median(ratios) if ratios else float("nan")))
+    print("%10d  %-40s  %-40s  %.2f" % (size, " ".join("%.1f" % x for x in s),
+                                        " ".join("%.1f" % x for x in p),
+                                        statistics.median(ratios)))
 PY

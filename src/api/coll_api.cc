@@ -108,6 +108,7 @@ Status launch(ncclComm_t comm, Communicator& impl, Collective collective, const 
   if (comm->runner) {
     CHORUS_TRY(impl.checkUsable());
     CommRef held = comm->get();
+    if (!held) return invalidUsage("comm was destroyed or aborted");
     return submitAsync(comm, "collective", [held, work]() mutable { return held->run(&work, 1); });
   }
   return impl.run(&work, 1);
@@ -249,6 +250,7 @@ Status runP2p(ncclComm_t comm, Communicator& impl, const std::vector<P2pOp>& ops
   if (comm->runner) {
     CHORUS_TRY(impl.checkUsable());
     CommRef held = comm->get();
+    if (!held) return invalidUsage("comm was destroyed or aborted");
     return submitAsync(comm, "point-to-point", [held, ops]() { return held->p2p(ops); });
   }
   return impl.p2p(ops);
