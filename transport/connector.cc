@@ -21,6 +21,17 @@ Result<FifoGeometry> fifoGeometry(int64_t buffBytes, int64_t nslots) {
   return FifoGeometry{static_cast<uint32_t>(nslots), static_cast<uint32_t>(slot)};
 }
 
+FifoMemory allocLocalFifo(const FifoGeometry& geometry, ProxyLink* proxy, FifoHeader** header,
+                          char** data) {
+  FifoMemory memory(aligned_alloc(4096, (geometry.totalBytes() + 4095) & ~size_t(4095)));
+  if (!memory) throw std::bad_alloc();
+  fifoInit(memory.get(), geometry);
+  *header = static_cast<FifoHeader*>(memory.get());
+  (*header)->proxy = proxy;
+  *data = static_cast<char*>(memory.get()) + FifoGeometry::dataOffset();
+  return memory;
+}
+
 void fifoInit(void* memory, const FifoGeometry& geometry) {
   auto* h = new (memory) FifoHeader();
   h->tail.store(0, std::memory_order_relaxed);

@@ -7,6 +7,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 
 #include "common/status.h"
 #include "common/wait.h"
@@ -162,6 +164,15 @@ Result<FifoGeometry> fifoGeometry(int64_t buffBytes, int64_t nslots);
 
 // Writes a fresh header into memory of at least geometry.totalBytes() bytes.
 void fifoInit(void* memory, const FifoGeometry& geometry);
+
+// A FIFO in this process's memory whose far end is a proxy (network transports): page-aligned,
+// initialised, with proxy set; *header and *data point into it. Throws std::bad_alloc.
+struct FifoMemoryFree {
+  void operator()(void* p) const { free(p); }
+};
+using FifoMemory = std::unique_ptr<void, FifoMemoryFree>;
+FifoMemory allocLocalFifo(const FifoGeometry& geometry, ProxyLink* proxy, FifoHeader** header,
+                          char** data);
 // Checks a header mapped from another rank.
 Status fifoCheck(const void* memory, size_t mappedBytes);
 

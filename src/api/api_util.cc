@@ -155,11 +155,13 @@ Result<UniqueIdInfo> checkInit(const InitRequest& req) {
   return info;
 }
 
-// Runs handle's init and records how it ended: live, or (failed) dead for a blocking init or
-// one that ncclCommAbort stopped, kCommInitFailed for a non-blocking one (its runner keeps
-// the error for ncclCommGetAsyncError).
-Status runInit(ncclComm_t handle, const InitRequest& req) {
-  Status s = initComm(handle, req);
+// Runs handle's init (on device, when >= 0, made current first) and records how it ended:
+// live, or (failed) dead for a blocking init or one that ncclCommAbort stopped,
+// kCommInitFailed for a non-blocking one (its runner keeps the error for
+// ncclCommGetAsyncError).
+Status runInit(ncclComm_t handle, const InitRequest& req, int device) {
+  Status s = device >= 0 ? dev::setCurrentDevice(device) : Status::ok();
+  if (s.isOk()) s = initComm(handle, req);
   if (!s.isOk())
     handle->magic.store(req.options.blocking || handle->cancel.cancelled() ? kCommDead
                                                                            : kCommInitFailed);
@@ -204,17 +206,7 @@ Status initOrDefer(ncclComm_t* out, const InitRequest& req) {
   if (!req.options.blocking) handle->runner.reset(new AsyncRunner());
   // Atomic: a thread that reads the caller's variable while the init waits may abort it.
   __atomic_store_n(out, handle, __ATOMIC_RELEASE);
-  std::function<Status()> job = [handle, req]() { return runInit(handle, req); };
-  if (device >= 0) {
-    job = [handle, req, d = device]() {
-      Status s = dev::setCurrentDevice(d);
-      if (!s.isOk()) {
-        handle->magic.store(req.options.blocking ? kCommDead : kCommInitFailed);
-        return s;
-      }
-      return runInit(handle, req);
-    };
-  }
+  std::function<Status()> job = [handle, req, device]() { return runInit(handle, req, device); };
   if (groupActive()) {
     groupEnqueue(handle, std::move(job));
     return Status::ok();

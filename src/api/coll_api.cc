@@ -84,6 +84,17 @@ Result<CommRef> queuedRef(ncclComm_t comm, const char* fn) {
   return ref;
 }
 
+// Hands work on a non-blocking communicator to its runner; the communicator must be usable now,
+// and the job keeps it alive.
+template <class Job>
+Status submitOn(ncclComm_t comm, Communicator& impl, const char* fn, Job job) {
+  CHORUS_TRY(impl.checkUsable());
+  Result<CommRef> ref = queuedRef(comm, fn);
+  if (!ref.isOk()) return ref.status();
+  CommRef held = ref.take();
+  return submitAsync(comm, fn, [held, job]() mutable { return job(*held); });
+}
+
 // Buffers may be identical (in place) or disjoint, never partially overlapping.
 Status checkInPlaceOrDisjoint(const void* send, size_t sendBytes, const void* recv,
                               size_t recvBytes, const void* inPlaceSend, const char* fn) {
@@ -105,12 +116,9 @@ Status launch(ncclComm_t comm, Communicator& impl, Collective collective, const 
     groupEnqueueColl(comm, work, [held](std::vector<HostWork>& works) { return held->run(works); });
     return Status::ok();
   }
-  if (comm->runner) {
-    CHORUS_TRY(impl.checkUsable());
-    CommRef held = comm->get();
-    if (!held) return invalidUsage("comm was destroyed or aborted");
-    return submitAsync(comm, "collective", [held, work]() mutable { return held->run(&work, 1); });
-  }
+  if (comm->runner)
+    return submitOn(comm, impl, "collective",
+                    [work](Communicator& c) mutable { return c.run(&work, 1); });
   return impl.run(&work, 1);
 }
 
@@ -247,12 +255,8 @@ Status runP2p(ncclComm_t comm, Communicator& impl, const std::vector<P2pOp>& ops
     for (const P2pOp& op : ops) groupEnqueueP2p(comm, op, runner);
     return Status::ok();
   }
-  if (comm->runner) {
-    CHORUS_TRY(impl.checkUsable());
-    CommRef held = comm->get();
-    if (!held) return invalidUsage("comm was destroyed or aborted");
-    return submitAsync(comm, "point-to-point", [held, ops]() { return held->p2p(ops); });
-  }
+  if (comm->runner)
+    return submitOn(comm, impl, "point-to-point", [ops](Communicator& c) { return c.p2p(ops); });
   return impl.p2p(ops);
 }
 

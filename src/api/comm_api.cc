@@ -278,11 +278,12 @@ extern "C" ncclResult_t pncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* as
   return guarded(comm, "ncclCommGetAsyncError", [&]() -> Status {
     if (asyncError == nullptr) return invalidArgument("ncclCommGetAsyncError: asyncError is NULL");
     // An init that runs (non-blocking, or queued in an open group) or failed.
-    if (comm != nullptr && comm->magic.load() == kCommInitializing) {
+    const uint64_t state = comm != nullptr ? comm->magic.load() : kCommDead;
+    if (state == kCommInitializing) {
       *asyncError = ncclInProgress;
       return Status::ok();
     }
-    if (comm != nullptr && comm->magic.load() == kCommInitFailed && comm->runner) {
+    if (state == kCommInitFailed && comm->runner) {
       Status why = comm->runner->state();
       *asyncError = static_cast<ncclResult_t>(why.code());
       if (!why.isOk() && why.code() != Code::kInProgress) report(nullptr, why);

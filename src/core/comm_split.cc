@@ -43,9 +43,11 @@ class OwnAbortFlag {
 
 Result<Communicator::SplitPlan> Communicator::planSplit(int color, int key) {
   // A revoked communicator may still be split (that is what revoking it is for).
-  if (!revoked()) CHORUS_TRY(checkUsable());
   std::unique_ptr<OwnAbortFlag> own;
-  if (revoked()) own.reset(new OwnAbortFlag(bootstrap_.get(), &abort_));
+  if (revoked())
+    own.reset(new OwnAbortFlag(bootstrap_.get(), &abort_));
+  else
+    CHORUS_TRY(checkUsable());
   struct Entry {
     int32_t color;
     int32_t key;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +25,13 @@ double secondsSince(Clock::time_point t) {
 
 std::string lastError(ncclComm_t comm = nullptr) {
   return ncclGetLastError(comm);
+}
+
+// Runs body(rank) on one thread per rank and waits for all of them.
+void onThreads(int nranks, const std::function<void(int)>& body) {
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < nranks; ++rank) threads.emplace_back(body, rank);
+  for (std::thread& t : threads) t.join();
 }
 
 // Polls until comm's state is not ncclInProgress, at most limitSeconds (then ncclInProgress).
@@ -67,64 +75,60 @@ TEST(NonBlocking, InitCollectivesGroupsFinalizeAndDestroy) {
   const int n = 3;
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < n; ++rank) {
-    ranks.emplace_back([&, rank] {
-      ncclComm_t comm = nullptr;
-      ncclResult_t r = initNonBlocking(&comm, n, id, rank);
-      ASSERT_NE(comm, nullptr);
-      expectCompletes(comm, r);
-      int count = 0;
-      ASSERT_EQ(ncclCommCount(comm, &count), ncclSuccess);
-      EXPECT_EQ(count, n);
+  onThreads(n, [&](int rank) {
+    ncclComm_t comm = nullptr;
+    ncclResult_t r = initNonBlocking(&comm, n, id, rank);
+    ASSERT_NE(comm, nullptr);
+    expectCompletes(comm, r);
+    int count = 0;
+    ASSERT_EQ(ncclCommCount(comm, &count), ncclSuccess);
+    EXPECT_EQ(count, n);
 
-      const size_t elems = 100000;
-      std::vector<float> a(elems), b(elems, -1.0f);
-      for (size_t i = 0; i < elems; ++i) a[i] = valueOf(rank, i);
-      // Several calls queued before one poll keep their order.
-      std::vector<float> twice(elems);
-      r = ncclAllReduce(a.data(), b.data(), elems, ncclFloat, ncclSum, comm, nullptr);
-      ASSERT_TRUE(r == ncclInProgress || r == ncclSuccess) << lastError(comm);
-      r = ncclAllReduce(b.data(), twice.data(), elems, ncclFloat, ncclSum, comm, nullptr);
-      ASSERT_TRUE(r == ncclInProgress || r == ncclSuccess) << lastError(comm);
-      ASSERT_EQ(poll(comm), ncclSuccess) << lastError(comm);
-      for (size_t i = 0; i < elems; ++i) {
-        ASSERT_EQ(b[i], sumOf(n, i)) << i;
-        ASSERT_EQ(twice[i], n * sumOf(n, i)) << i;
-      }
+    const size_t elems = 100000;
+    std::vector<float> a(elems), b(elems, -1.0f);
+    for (size_t i = 0; i < elems; ++i) a[i] = valueOf(rank, i);
+    // Several calls queued before one poll keep their order.
+    std::vector<float> twice(elems);
+    r = ncclAllReduce(a.data(), b.data(), elems, ncclFloat, ncclSum, comm, nullptr);
+    ASSERT_TRUE(r == ncclInProgress || r == ncclSuccess) << lastError(comm);
+    r = ncclAllReduce(b.data(), twice.data(), elems, ncclFloat, ncclSum, comm, nullptr);
+    ASSERT_TRUE(r == ncclInProgress || r == ncclSuccess) << lastError(comm);
+    ASSERT_EQ(poll(comm), ncclSuccess) << lastError(comm);
+    for (size_t i = 0; i < elems; ++i) {
+      ASSERT_EQ(b[i], sumOf(n, i)) << i;
+      ASSERT_EQ(twice[i], n * sumOf(n, i)) << i;
+    }
 
-      // A group of a broadcast and an all-gather.
-      std::vector<int32_t> root(64), gathered(64 * n, -1);
-      for (int i = 0; i < 64; ++i) root[i] = rank == 1 ? 7 * i + 3 : -5;
-      std::vector<int32_t> mine(64, rank * 11);
-      ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-      ASSERT_EQ(ncclBroadcast(root.data(), root.data(), 64, ncclInt32, 1, comm, nullptr),
-                ncclSuccess);
-      ASSERT_EQ(ncclAllGather(mine.data(), gathered.data(), 64, ncclInt32, comm, nullptr),
-                ncclSuccess);
-      expectCompletes(comm, ncclGroupEnd());
-      for (int i = 0; i < 64; ++i) ASSERT_EQ(root[i], 7 * i + 3) << i;
-      for (int r2 = 0; r2 < n; ++r2)
-        for (int i = 0; i < 64; ++i) ASSERT_EQ(gathered[r2 * 64 + i], r2 * 11) << r2 << " " << i;
+    // A group of a broadcast and an all-gather.
+    std::vector<int32_t> root(64), gathered(64 * n, -1);
+    for (int i = 0; i < 64; ++i) root[i] = rank == 1 ? 7 * i + 3 : -5;
+    std::vector<int32_t> mine(64, rank * 11);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(ncclBroadcast(root.data(), root.data(), 64, ncclInt32, 1, comm, nullptr),
+              ncclSuccess);
+    ASSERT_EQ(ncclAllGather(mine.data(), gathered.data(), 64, ncclInt32, comm, nullptr),
+              ncclSuccess);
+    expectCompletes(comm, ncclGroupEnd());
+    for (int i = 0; i < 64; ++i) ASSERT_EQ(root[i], 7 * i + 3) << i;
+    for (int r2 = 0; r2 < n; ++r2)
+      for (int i = 0; i < 64; ++i) ASSERT_EQ(gathered[r2 * 64 + i], r2 * 11) << r2 << " " << i;
 
-      // Point to point around the ring.
-      std::vector<double> out(1000, rank + 0.5), in(1000, -1);
-      ASSERT_EQ(ncclGroupStart(), ncclSuccess);
-      ASSERT_EQ(ncclSend(out.data(), out.size(), ncclFloat64, (rank + 1) % n, comm, nullptr),
-                ncclSuccess);
-      ASSERT_EQ(ncclRecv(in.data(), in.size(), ncclFloat64, (rank + n - 1) % n, comm, nullptr),
-                ncclSuccess);
-      expectCompletes(comm, ncclGroupEnd());
-      for (double v : in) ASSERT_EQ(v, (rank + n - 1) % n + 0.5);
+    // Point to point around the ring.
+    std::vector<double> out(1000, rank + 0.5), in(1000, -1);
+    ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+    ASSERT_EQ(ncclSend(out.data(), out.size(), ncclFloat64, (rank + 1) % n, comm, nullptr),
+              ncclSuccess);
+    ASSERT_EQ(ncclRecv(in.data(), in.size(), ncclFloat64, (rank + n - 1) % n, comm, nullptr),
+              ncclSuccess);
+    expectCompletes(comm, ncclGroupEnd());
+    for (double v : in) ASSERT_EQ(v, (rank + n - 1) % n + 0.5);
 
-      expectCompletes(comm, ncclCommFinalize(comm));
-      EXPECT_EQ(ncclAllReduce(a.data(), b.data(), elems, ncclFloat, ncclSum, comm, nullptr),
-                ncclInvalidUsage);
-      EXPECT_NE(lastError(comm).find("finalized"), std::string::npos) << lastError(comm);
-      EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess) << lastError(comm);
-    });
-  }
-  for (std::thread& t : ranks) t.join();
+    expectCompletes(comm, ncclCommFinalize(comm));
+    EXPECT_EQ(ncclAllReduce(a.data(), b.data(), elems, ncclFloat, ncclSum, comm, nullptr),
+              ncclInvalidUsage);
+    EXPECT_NE(lastError(comm).find("finalized"), std::string::npos) << lastError(comm);
+    EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess) << lastError(comm);
+  });
 }
 
 // One thread drives both ranks: non-blocking inits and an all-reduce on each, inside groups;
@@ -239,49 +243,40 @@ TEST(NonBlocking, StuckCallIsAbortedAndFailedCallIsReported) {
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
   std::atomic<bool> rank0Done{false};
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < 2; ++rank) {
-    ranks.emplace_back([&, rank] {
-      ncclComm_t comm = nullptr;
-      expectCompletes(comm, initNonBlocking(&comm, 2, id, rank));
-      if (rank == 1) {
-        while (!rank0Done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess) << lastError(comm);
-        return;
-      }
-      std::vector<float> v(1 << 16, 1.0f);
-      ncclResult_t r =
-          ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm, nullptr);
-      EXPECT_EQ(r, ncclInProgress) << lastError(comm);
-      EXPECT_EQ(poll(comm, 0.3), ncclInProgress);
-      const Clock::time_point start = Clock::now();
-      EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
-      EXPECT_LT(secondsSince(start), 2.0);
-      rank0Done = true;
-    });
-  }
-  for (std::thread& t : ranks) t.join();
+  onThreads(2, [&](int rank) {
+    ncclComm_t comm = nullptr;
+    expectCompletes(comm, initNonBlocking(&comm, 2, id, rank));
+    if (rank == 1) {
+      while (!rank0Done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess) << lastError(comm);
+      return;
+    }
+    std::vector<float> v(1 << 16, 1.0f);
+    ncclResult_t r = ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm, nullptr);
+    EXPECT_EQ(r, ncclInProgress) << lastError(comm);
+    EXPECT_EQ(poll(comm, 0.3), ncclInProgress);
+    const Clock::time_point start = Clock::now();
+    EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
+    EXPECT_LT(secondsSince(start), 2.0);
+    rank0Done = true;
+  });
 
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-  ranks.clear();
-  for (int rank = 0; rank < 2; ++rank) {
-    ranks.emplace_back([&, rank] {
-      ncclComm_t comm = nullptr;
-      expectCompletes(comm, initNonBlocking(&comm, 2, id, rank));
-      std::vector<float> a(4096, 1.0f), b(4096 * 2);
-      ncclResult_t r =
-          rank == 0 ? ncclAllReduce(a.data(), b.data(), 4096, ncclFloat, ncclSum, comm, nullptr)
-                    : ncclAllGather(a.data(), b.data(), 4096, ncclFloat, comm, nullptr);
-      EXPECT_TRUE(r == ncclInProgress || r == ncclInvalidUsage) << r;
-      EXPECT_EQ(poll(comm), ncclInvalidUsage);
-      const std::string e = lastError(comm);
-      EXPECT_NE(e.find("does not match"), std::string::npos) << e;
-      EXPECT_EQ(ncclAllReduce(a.data(), b.data(), 4096, ncclFloat, ncclSum, comm, nullptr),
-                ncclInvalidUsage);
-      EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
-    });
-  }
-  for (std::thread& t : ranks) t.join();
+  onThreads(2, [&](int rank) {
+    ncclComm_t comm = nullptr;
+    expectCompletes(comm, initNonBlocking(&comm, 2, id, rank));
+    std::vector<float> a(4096, 1.0f), b(4096 * 2);
+    ncclResult_t r =
+        rank == 0 ? ncclAllReduce(a.data(), b.data(), 4096, ncclFloat, ncclSum, comm, nullptr)
+                  : ncclAllGather(a.data(), b.data(), 4096, ncclFloat, comm, nullptr);
+    EXPECT_TRUE(r == ncclInProgress || r == ncclInvalidUsage) << r;
+    EXPECT_EQ(poll(comm), ncclInvalidUsage);
+    const std::string e = lastError(comm);
+    EXPECT_NE(e.find("does not match"), std::string::npos) << e;
+    EXPECT_EQ(ncclAllReduce(a.data(), b.data(), 4096, ncclFloat, ncclSum, comm, nullptr),
+              ncclInvalidUsage);
+    EXPECT_EQ(ncclCommAbort(comm), ncclSuccess);
+  });
 }
 
 // Three ranks; ranks 0 and 1 wait in an all-reduce that rank 2 never joins. Each revokes its
@@ -292,52 +287,48 @@ TEST(Revoke, StopsWaitingCallsAndLeavesSplitPossible) {
   const int n = 3;
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);
-  std::vector<std::thread> ranks;
-  for (int rank = 0; rank < n; ++rank) {
-    ranks.emplace_back([&, rank] {
-      ncclComm_t comm = nullptr;
-      ASSERT_EQ(chorusCommInitRankHost(&comm, n, id, rank, nullptr), ncclSuccess) << lastError();
-      std::vector<float> v(1 << 14, 1.0f);
-      if (rank < 2) {
-        ncclResult_t stuck = ncclSuccess;
-        double stuckSeconds = 0;
-        std::thread caller([&] {
-          const Clock::time_point start = Clock::now();
-          stuck = ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm, nullptr);
-          stuckSeconds = secondsSince(start);
-        });
-        std::this_thread::sleep_for(std::chrono::milliseconds(200));
-        ncclResult_t r = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
-        EXPECT_TRUE(r == ncclSuccess || r == ncclInProgress) << lastError(comm);
-        caller.join();
-        EXPECT_NE(stuck, ncclSuccess);
-        EXPECT_LT(stuckSeconds, 2.0);
-      } else {
-        EXPECT_EQ(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), ncclSuccess) << lastError(comm);
-      }
-      EXPECT_EQ(poll(comm, 10), ncclSuccess);
-      EXPECT_EQ(ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm, nullptr),
-                ncclInvalidUsage);
-      EXPECT_NE(lastError(comm).find("revoked"), std::string::npos) << lastError(comm);
-      EXPECT_EQ(ncclCommFinalize(comm), ncclInvalidUsage);
-      EXPECT_EQ(ncclCommRevoke(comm, 5), ncclInvalidArgument);
+  onThreads(n, [&](int rank) {
+    ncclComm_t comm = nullptr;
+    ASSERT_EQ(chorusCommInitRankHost(&comm, n, id, rank, nullptr), ncclSuccess) << lastError();
+    std::vector<float> v(1 << 14, 1.0f);
+    if (rank < 2) {
+      ncclResult_t stuck = ncclSuccess;
+      double stuckSeconds = 0;
+      std::thread caller([&] {
+        const Clock::time_point start = Clock::now();
+        stuck = ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm, nullptr);
+        stuckSeconds = secondsSince(start);
+      });
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ncclResult_t r = ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT);
+      EXPECT_TRUE(r == ncclSuccess || r == ncclInProgress) << lastError(comm);
+      caller.join();
+      EXPECT_NE(stuck, ncclSuccess);
+      EXPECT_LT(stuckSeconds, 2.0);
+    } else {
+      EXPECT_EQ(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), ncclSuccess) << lastError(comm);
+    }
+    EXPECT_EQ(poll(comm, 10), ncclSuccess);
+    EXPECT_EQ(ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm, nullptr),
+              ncclInvalidUsage);
+    EXPECT_NE(lastError(comm).find("revoked"), std::string::npos) << lastError(comm);
+    EXPECT_EQ(ncclCommFinalize(comm), ncclInvalidUsage);
+    EXPECT_EQ(ncclCommRevoke(comm, 5), ncclInvalidArgument);
 
-      ncclComm_t fresh = nullptr;
-      ASSERT_EQ(ncclCommSplit(comm, 0, n - rank, &fresh, nullptr), ncclSuccess) << lastError(comm);
-      int newRank = -1;
-      ASSERT_EQ(ncclCommUserRank(fresh, &newRank), ncclSuccess);
-      EXPECT_EQ(newRank, n - 1 - rank);  // keys n - rank order the ranks backwards
-      std::vector<float> a(1000), b(1000);
-      for (size_t i = 0; i < a.size(); ++i) a[i] = valueOf(rank, i);
-      ASSERT_EQ(ncclAllReduce(a.data(), b.data(), a.size(), ncclFloat, ncclSum, fresh, nullptr),
-                ncclSuccess)
-          << lastError(fresh);
-      for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], sumOf(n, i)) << i;
-      EXPECT_EQ(ncclCommDestroy(fresh), ncclSuccess) << lastError(fresh);
-      EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess) << lastError(comm);
-    });
-  }
-  for (std::thread& t : ranks) t.join();
+    ncclComm_t fresh = nullptr;
+    ASSERT_EQ(ncclCommSplit(comm, 0, n - rank, &fresh, nullptr), ncclSuccess) << lastError(comm);
+    int newRank = -1;
+    ASSERT_EQ(ncclCommUserRank(fresh, &newRank), ncclSuccess);
+    EXPECT_EQ(newRank, n - 1 - rank);  // keys n - rank order the ranks backwards
+    std::vector<float> a(1000), b(1000);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = valueOf(rank, i);
+    ASSERT_EQ(ncclAllReduce(a.data(), b.data(), a.size(), ncclFloat, ncclSum, fresh, nullptr),
+              ncclSuccess)
+        << lastError(fresh);
+    for (size_t i = 0; i < b.size(); ++i) ASSERT_EQ(b[i], sumOf(n, i)) << i;
+    EXPECT_EQ(ncclCommDestroy(fresh), ncclSuccess) << lastError(fresh);
+    EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess) << lastError(comm);
+  });
 }
 
 }  // namespace

@@ -60,12 +60,9 @@ Status pluginStatus(ncclResult_t r, const char* what, const char* plugin) {
 template <class Net, class Props, int V>
 class PluginOf final : public NetPlugin {
  public:
-  PluginOf(void* lib, const Net* net, std::string library)
-      : lib_(lib), net_(net), library_(std::move(library)) {}
-  ~PluginOf() override {
-    // Plugins keep threads and state for the process's life; like NCCL, never unloaded.
-    (void)lib_;
-  }
+  // The library stays loaded for the process's life (plugins keep threads and state), as NCCL
+  // does.
+  PluginOf(const Net* net, std::string library) : net_(net), library_(std::move(library)) {}
 
   Status start() {
     if constexpr (V >= 10)
@@ -109,7 +106,7 @@ class PluginOf final : public NetPlugin {
   }
   Status connect(int dev, void* handle, void** sendComm) override {
     *sendComm = nullptr;
-    decltype(dummyDevComm()) devComm = nullptr;
+    ncclNetDeviceHandle_v8_t* devComm = nullptr;  // the same type in every version
     if constexpr (V >= 10) {
       ncclNetCommConfig_v10_t config;
       config.trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;
@@ -121,7 +118,7 @@ class PluginOf final : public NetPlugin {
   }
   Status accept(void* listenComm, void** recvComm) override {
     *recvComm = nullptr;
-    decltype(dummyDevComm()) devComm = nullptr;
+    ncclNetDeviceHandle_v8_t* devComm = nullptr;  // the same type in every version
     PLUGIN_CALL("accept", net_->accept(listenComm, recvComm, &devComm));
     return Status::ok();
   }
@@ -191,17 +188,6 @@ class PluginOf final : public NetPlugin {
   }
 
  private:
-  // The device-handle pointer type of this version's connect and accept.
-  static auto dummyDevComm() {
-    if constexpr (V >= 10)
-      return static_cast<ncclNetDeviceHandle_v10_t*>(nullptr);
-    else if constexpr (V == 9)
-      return static_cast<ncclNetDeviceHandle_v9_t*>(nullptr);
-    else
-      return static_cast<ncclNetDeviceHandle_v8_t*>(nullptr);
-  }
-
-  void* lib_;
   const Net* net_;
   std::string library_;
   int devices_ = 0;
@@ -210,9 +196,9 @@ class PluginOf final : public NetPlugin {
 #undef PLUGIN_CALL
 
 template <class Net, class Props, int V>
-Result<std::unique_ptr<NetPlugin>> startPlugin(void* lib, void* table, const std::string& path) {
+Result<std::unique_ptr<NetPlugin>> startPlugin(void* table, const std::string& path) {
   std::unique_ptr<PluginOf<Net, Props, V>> p(
-      new PluginOf<Net, Props, V>(lib, static_cast<const Net*>(table), path));
+      new PluginOf<Net, Props, V>(static_cast<const Net*>(table), path));
   CHORUS_TRY(p->start());
   return std::unique_ptr<NetPlugin>(p.release());
 }
@@ -257,11 +243,11 @@ Result<std::unique_ptr<NetPlugin>> loadNetPlugin(const std::string& library) {
       "%s exports no ncclNetPlugin_v10, _v9 or _v8 (Chorus speaks net plugin versions 8 to 10)",
       library.c_str());
   if (void* t = dlsym(lib, "ncclNetPlugin_v10"))
-    p = startPlugin<ncclNet_v10_t, ncclNetProperties_v10_t, 10>(lib, t, library);
+    p = startPlugin<ncclNet_v10_t, ncclNetProperties_v10_t, 10>(t, library);
   else if (void* t9 = dlsym(lib, "ncclNetPlugin_v9"))
-    p = startPlugin<ncclNet_v9_t, ncclNetProperties_v9_t, 9>(lib, t9, library);
+    p = startPlugin<ncclNet_v9_t, ncclNetProperties_v9_t, 9>(t9, library);
   else if (void* t8 = dlsym(lib, "ncclNetPlugin_v8"))
-    p = startPlugin<ncclNet_v8_t, ncclNetProperties_v8_t, 8>(lib, t8, library);
+    p = startPlugin<ncclNet_v8_t, ncclNetProperties_v8_t, 8>(t8, library);
   // A library whose plugin cannot be used stays loaded: its init may have started threads.
   return p;
 }

@@ -40,10 +40,6 @@ struct NetInfo {
 };
 static_assert(sizeof(NetInfo) <= sizeof(ConnectInfo), "NetInfo must fit a ConnectInfo");
 
-struct AlignedFree {
-  void operator()(void* p) const { free(p); }
-};
-
 struct NetConn {
   bool isSend = false;
   int peer = -1;
@@ -54,11 +50,10 @@ struct NetConn {
   void* comm = nullptr;                       // the plugin's send or receive comm
   void* dataMr = nullptr;
   void* headMr = nullptr;
-  std::unique_ptr<void, AlignedFree> memory;  // the FIFO
-  std::unique_ptr<void, AlignedFree> heads;   // one SlotInfo per slot, as sent or received
+  FifoMemory memory;  // the FIFO
   FifoHeader* fifo = nullptr;
   char* data = nullptr;
-  SlotInfo* slotHeads = nullptr;
+  std::unique_ptr<SlotInfo[]> slotHeads{new SlotInfo[kMaxFifoSlots]};  // as sent or received
   uint64_t posted = 0;  // slots whose two messages are posted
   uint64_t done = 0;    // slots whose two messages completed, in order
   struct Req {
@@ -158,15 +153,7 @@ class NetTransport final : public Transport, public ProxyLink {
     c->peer = peer;
     c->channel = channel;
     c->dev = channel % std::max(1, plugin_->devices());
-    const size_t bytes = (ctx_.geometry.totalBytes() + 4095) & ~size_t(4095);
-    c->memory.reset(aligned_alloc(4096, bytes));
-    c->heads.reset(aligned_alloc(4096, 4096 * ((sizeof(SlotInfo) * kMaxFifoSlots + 4095) / 4096)));
-    if (!c->memory || !c->heads) throw std::bad_alloc();
-    fifoInit(c->memory.get(), ctx_.geometry);
-    c->fifo = static_cast<FifoHeader*>(c->memory.get());
-    c->fifo->proxy = this;
-    c->data = static_cast<char*>(c->memory.get()) + FifoGeometry::dataOffset();
-    c->slotHeads = static_cast<SlotInfo*>(c->heads.get());
+    c->memory = allocLocalFifo(ctx_.geometry, this, &c->fifo, &c->data);
     return c;
   }
 
@@ -209,7 +196,7 @@ class NetTransport final : public Transport, public ProxyLink {
       s = plugin_->regMr(c.comm, c.data, size_t(ctx_.geometry.nslots) * ctx_.geometry.slotBytes,
                          &c.dataMr);
       if (s.isOk())
-        s = plugin_->regMr(c.comm, c.slotHeads, sizeof(SlotInfo) * kMaxFifoSlots, &c.headMr);
+        s = plugin_->regMr(c.comm, c.slotHeads.get(), sizeof(SlotInfo) * kMaxFifoSlots, &c.headMr);
       if (s.isOk() && !c.isSend) {
         s = plugin_->closeListen(c.listenComm);
         c.listenComm = nullptr;

@@ -16,10 +16,6 @@ namespace socket_detail {
 constexpr uint64_t kStripeMinBytes = 64 * 1024;
 constexpr size_t kHeadBytes = sizeof(SlotInfo);
 
-struct AlignedFree {
-  void operator()(void* p) const { free(p); }
-};
-
 // The bytes [*begin, *end) of a message of `bytes` bytes that stream i of n carries.
 inline void stripeOf(uint64_t bytes, int n, int i, uint64_t* begin, uint64_t* end) {
   if (n == 1 || bytes < kStripeMinBytes) {
@@ -52,7 +48,7 @@ struct SocketConn {
   int peer = -1;
   int channel = -1;
   std::vector<SocketStream> streams;
-  std::unique_ptr<void, AlignedFree> memory;
+  FifoMemory memory;
   FifoHeader* fifo = nullptr;
   char* data = nullptr;
   uint64_t done = 0;       // slots fully moved

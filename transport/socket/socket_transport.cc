@@ -332,13 +332,7 @@ class SocketTransport final : public Transport, public ProxyLink {
     c->isSend = isSend;
     c->peer = peer;
     c->channel = channel;
-    size_t bytes = ctx_.geometry.totalBytes();
-    c->memory.reset(aligned_alloc(4096, (bytes + 4095) & ~size_t(4095)));
-    if (!c->memory) throw std::bad_alloc();
-    fifoInit(c->memory.get(), ctx_.geometry);
-    c->fifo = static_cast<FifoHeader*>(c->memory.get());
-    c->fifo->proxy = this;
-    c->data = static_cast<char*>(c->memory.get()) + FifoGeometry::dataOffset();
+    c->memory = allocLocalFifo(ctx_.geometry, this, &c->fifo, &c->data);
     return c;
   }
 
