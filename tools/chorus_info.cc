@@ -1,5 +1,5 @@
 // chorus-info: what this Chorus build is and how it is configured.
-//   chorus-info            version, features, host identity
+//   chorus-info            version, features, host identity, the network between hosts
 //   chorus-info --params   every parameter with its default, current value and description
 #include <cstdio>
 #include <cstring>
@@ -9,6 +9,7 @@
 #include "chorus_config.h"
 #include "common/param.h"
 #include "topo/host_id.h"
+#include "transport/net_plugin/net_plugin.h"
 
 namespace {
 
@@ -22,6 +23,30 @@ void printParams() {
     printf("%-22s %-8s %-12s %-20s %s%s\n", name.c_str(),
            p.type == chorus::ParamType::kInt ? "int" : "string",
            *p.defaultValue ? p.defaultValue : "\"\"", value.c_str(), p.doc, alias.c_str());
+  }
+}
+
+// What ranks on different hosts would use: a net plugin, the IB network, or sockets (and why
+// not IB).
+void printNetwork() {
+  chorus::Result<chorus::NetPlugin*> net = chorus::processNetPlugin();
+  if (!net.isOk()) {
+    printf("network between hosts: error: %s\n", net.status().message().c_str());
+    return;
+  }
+  if (net.value() == nullptr) {
+    const std::string why = chorus::whyNoIbNetwork();
+    printf("network between hosts: Socket (TCP)%s%s\n",
+           why.empty() ? "" : "; IB not used: ", why.c_str());
+    return;
+  }
+  chorus::NetPlugin* p = net.value();
+  printf("network between hosts: %s (ncclNet v%d, %s)\n", p->name(), p->version(),
+         p->library().c_str());
+  for (int d = 0; d < p->devices(); ++d) {
+    chorus::NetPlugin::Properties props;
+    if (p->properties(d, &props).isOk())
+      printf("  device %d: %s, %d Mbit/s\n", d, props.name.c_str(), props.speedMbps);
   }
 }
 
@@ -41,5 +66,6 @@ int main(int argc, char** argv) {
          CHORUS_HAVE_HWLOC);
   printf("host id: %016llx (%s)\n", static_cast<unsigned long long>(chorus::localHostId()),
          chorus::localHostIdText().c_str());
+  printNetwork();
   return 0;
 }

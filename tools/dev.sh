@@ -109,9 +109,14 @@ for t in json.load(sys.stdin):
     if take:
         print(t["name"], os.path.relpath(t["cmd"][0], sys.argv[1]))' "$SAN_BUILD_DIR" "$kind")
       quick_tests=($(echo "$quick" | cut -d' ' -f1))
-      # The example net plugins are loaded by test_net_plugin (not its own targets).
+      # The example net plugins are loaded by test_net_plugin, the stand-in verbs library by
+      # test_ib (libraries, not the tests' own targets).
+      loaded="transport/nccl-net-example transport/nccl-net-example-v9 transport/nccl-net-example-v8"
+      if meson introspect "$SAN_BUILD_DIR" --targets | grep -q '"name": "fake-ibverbs"'; then
+        loaded="$loaded tests/ib/fake-ibverbs"
+      fi
       meson compile -C "$SAN_BUILD_DIR" -j "$JOBS" $(echo "$quick" | cut -d' ' -f2 | sort -u) \
-        transport/nccl-net-example transport/nccl-net-example-v9 transport/nccl-net-example-v8
+        $loaded
     else
       meson compile -C "$SAN_BUILD_DIR" -j "$JOBS"
     fi

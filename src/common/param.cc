@@ -74,9 +74,27 @@ const std::vector<ParamDef> kParams = {
      "ranks on different hosts then talk through it instead of Chorus's sockets",
      true},
     {"NET", ParamType::kString, "",
-     "Network to use between hosts, by name: a loaded plugin's name, or Socket for Chorus's own "
-     "TCP transport (unset: the plugin when one loaded, else Socket)",
+     "Network to use between hosts, by name: a loaded plugin's name, IB for Chorus's verbs "
+     "transport, or Socket for its TCP transport (unset: the plugin when one loaded, else IB "
+     "when an HCA port is active, else Socket)",
      true},
+    {"IB_DISABLE", ParamType::kInt, "0",
+     "1: never use the InfiniBand/RoCE network (Chorus's verbs transport), even where HCAs are "
+     "active",
+     true},
+    {"IB_QPS_PER_CONNECTION", ParamType::kInt, "1",
+     "Queue pairs per IB connection (1..16): each message is split over them", true},
+    {"IB_TIMEOUT", ParamType::kInt, "20",
+     "IB local ACK timeout exponent (1..31): 4.096 us * 2^value before a packet is resent", true},
+    {"IB_RETRY_CNT", ParamType::kInt, "7", "IB transport retries before a send fails (0..7)", true},
+    {"IB_SL", ParamType::kInt, "0", "InfiniBand service level of the queue pairs (0..15)", true},
+    {"IB_TC", ParamType::kInt, "0", "Traffic class of RoCE packets (0..255)", true},
+    {"IB_ADAPTIVE_ROUTING", ParamType::kInt, "0",
+     "1: IB data as plain RDMA writes followed by a zero-byte write with immediate, as adaptive "
+     "routing (packets out of order) needs; 0: one write with immediate per queue pair",
+     true},
+    {"IB_VERBS_LIBRARY", ParamType::kString, "libibverbs.so.1",
+     "The verbs library the IB network loads (another rdma-core build, or a stand-in)", false},
     {"IB_HCA", ParamType::kString, "",
      "InfiniBand HCA ports to use: name or name:port prefixes, comma separated; = for exact "
      "names, ^ to exclude",

@@ -177,7 +177,8 @@ Status Communicator::init(const UniqueIdInfo& id) {
   // The local topology (CHORUS_TOPO_FILE or detected): a bad file fails before any waiting.
   Result<const LocalTopology*> topo = processTopology();
   if (!topo.isOk()) return topo.status().withContext(formatString("rank %d init", rank_));
-  // The HCA filter is checked against what this host has, even before a verbs transport uses it.
+  // The HCA filter and GID policy are checked against the HCAs the topology found, whichever
+  // network ranks end up using.
   Result<std::vector<HcaPort>> hcas = selectHcaPortsFromEnvironment(*topo.value());
   if (!hcas.isOk()) return hcas.status().withContext(formatString("rank %d init", rank_));
   Result<std::vector<int>> gids = selectGidsFromEnvironment(*topo.value(), hcas.value());

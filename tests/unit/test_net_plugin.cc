@@ -201,7 +201,11 @@ TEST(NetPluginChoice, FollowsNcclNetPluginAndNcclNet) {
       << missing;
   EXPECT_NE(missing.find("cannot load libnccl-net-no-such.so"), std::string::npos) << missing;
   const std::string wrongNet = chooseInChild({{"NCCL_NET_PLUGIN", v10}, {"NCCL_NET", "IB"}});
-  EXPECT_EQ(wrongNet.rfind("error 4: NCCL_NET=IB: no such network", 0), 0u) << wrongNet;
+  // IB is Chorus's own verbs network: with no usable HCA here, an error that says why.
+  EXPECT_EQ(wrongNet.rfind("error 4: NCCL_NET=IB: the IB network cannot be used: ", 0), 0u)
+      << wrongNet;
+  const std::string unknown = chooseInChild({{"NCCL_NET_PLUGIN", v10}, {"NCCL_NET", "Foo"}});
+  EXPECT_EQ(unknown.rfind("error 4: NCCL_NET=Foo: no such network", 0), 0u) << unknown;
 }
 
 TEST(NetPluginLoad, ExampleV10) {

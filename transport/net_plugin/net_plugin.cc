@@ -11,7 +11,11 @@
 
 #include "common/log.h"
 #include "common/param.h"
+#include "chorus_config.h"
 #include "transport/net_plugin/net_abi.h"
+#if CHORUS_HAVE_IBVERBS
+#include "transport/ib/ib_net.h"
+#endif
 
 namespace chorus {
 
@@ -254,6 +258,26 @@ Result<std::unique_ptr<NetPlugin>> loadNetPlugin(const std::string& library) {
 
 namespace {
 
+std::string& noIbReason() {
+  static std::string reason;
+  return reason;
+}
+
+// The IB network over verbs where Chorus was built with them and NCCL_IB_DISABLE is not 1.
+Result<NetPlugin*> builtinIbNet() {
+#if CHORUS_HAVE_IBVERBS
+  if (paramInt("IB_DISABLE") == 1)
+    return invalidUsage("%s=1 turns it off", paramRaw("IB_DISABLE").source.c_str());
+  Result<const VerbsApi*> verbs = processVerbs();
+  if (!verbs.isOk()) return verbs.status();
+  Result<std::unique_ptr<NetPlugin>> net = makeIbNet(verbs.value());
+  if (!net.isOk()) return net.status();
+  return net.take().release();  // lives as long as the process
+#else
+  return invalidUsage("this build of Chorus has no verbs support (built without libibverbs-dev)");
+#endif
+}
+
 Result<NetPlugin*> choosePlugin() {
   const ParamValue setting = paramRaw("NET_PLUGIN");
   const ParamValue net = paramRaw("NET");
@@ -280,17 +304,37 @@ Result<NetPlugin*> choosePlugin() {
              plugin->name(), plugin->version(), lib.c_str(), plugin->devices());
     return plugin;
   }
-  if (net.isSet)
-    return invalidArgument("%s=%s: no such network (a loaded net plugin's name, or Socket)%s%s",
-                           net.source.c_str(), net.value.c_str(), tried.empty() ? "" : ": ",
-                           tried.c_str());
-  if (setting.isSet && !candidates.empty())
+  if (setting.isSet && !candidates.empty() && !net.isSet)
     return invalidUsage("%s=%s: no usable net plugin: %s", setting.source.c_str(),
                         setting.value.c_str(), tried.c_str());
+  // Chorus's own verbs network, unless another was asked for.
+  const bool wantIb = net.isSet && strcasecmp(net.value.c_str(), "IB") == 0;
+  if (!net.isSet || wantIb) {
+    Result<NetPlugin*> ib = builtinIbNet();
+    if (ib.isOk()) {
+      LOG_INFO(kSubsysNet | kSubsysInit, "using the IB network (verbs from %s), %d device(s)",
+               ib.value()->library().c_str(), ib.value()->devices());
+      return ib;
+    }
+    if (wantIb)
+      return invalidArgument("%s=IB: the IB network cannot be used: %s", net.source.c_str(),
+                             ib.status().message().c_str());
+    LOG_INFO(kSubsysNet, "no IB network: %s", ib.status().message().c_str());
+    noIbReason() = ib.status().message();
+  }
+  if (net.isSet)
+    return invalidArgument("%s=%s: no such network (a loaded net plugin's name, IB or Socket)%s%s",
+                           net.source.c_str(), net.value.c_str(), tried.empty() ? "" : ": ",
+                           tried.c_str());
   return static_cast<NetPlugin*>(nullptr);
 }
 
 }  // namespace
+
+std::string whyNoIbNetwork() {
+  (void)processNetPlugin();
+  return noIbReason();
+}
 
 Result<NetPlugin*> processNetPlugin() {
   // Chosen once: plugins are initialised once per process.

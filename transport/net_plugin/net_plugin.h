@@ -55,10 +55,15 @@ std::vector<std::string> netPluginCandidates(const char* value);
 // init failed, no device).
 Result<std::unique_ptr<NetPlugin>> loadNetPlugin(const std::string& library);
 
-// The plugin of this process, chosen once from NCCL_NET_PLUGIN and NCCL_NET: null when none is
-// configured or found (ranks then use Chorus's sockets). A plugin that NCCL_NET_PLUGIN names
+// The network of this process, chosen once from NCCL_NET_PLUGIN and NCCL_NET: a plugin that
+// loads, else Chorus's IB network (transport/ib) when an HCA port is active, else null (ranks
+// then use Chorus's sockets). A plugin that NCCL_NET_PLUGIN names
 // explicitly and that cannot be used, or an NCCL_NET that names no available network, is an
 // error.
 Result<NetPlugin*> processNetPlugin();
+
+// When processNetPlugin left the sockets although Chorus's IB network was not turned off by
+// NCCL_NET: why the IB network could not be used ("" otherwise).
+std::string whyNoIbNetwork();
 
 }  // namespace chorus

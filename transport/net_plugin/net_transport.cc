@@ -98,8 +98,8 @@ class NetTransport final : public Transport, public ProxyLink {
     memcpy(&ni, info.bytes, sizeof ni);
     if (ni.magic != kInfoMagic)
       return remoteError("net plugin transport: rank %d's connection info is not a plugin's", peer);
+    // The device is this host's (newConn's choice); the receiver's index means nothing here.
     std::unique_ptr<NetConn> c = newConn(true, peer, channel);
-    c->dev = ni.dev;
     memcpy(c->handle, ni.handle, sizeof c->handle);
     *conn = SendConnector(c->memory.get());
     return addConn(std::move(c));
@@ -219,39 +219,8 @@ class NetTransport final : public Transport, public ProxyLink {
     const size_t slotBytes = ctx_.geometry.slotBytes;
     const int tag = c.isSend ? ctx_.rank : c.peer;
     bool moved = false;
-    // Post: a send, each slot the executor published; a receive, each free slot.
-    const uint64_t limit = c.isSend ? c.fifo->tail.load(std::memory_order_acquire)
-                                    : c.fifo->head.load(std::memory_order_acquire) + nslots;
-    while (c.posted < limit && c.posted - c.done < kInFlight) {
-      const uint64_t slot = c.posted % nslots;
-      NetConn::Req& r = c.reqs[c.posted % kInFlight];
-      char* slotData = c.data + slot * slotBytes;
-      Status s = Status::ok();
-      if (r.head == nullptr) {
-        if (c.isSend) {
-          c.slotHeads[slot] = c.fifo->slots[slot];
-          s = plugin_->isend(c.comm, &c.slotHeads[slot], sizeof(SlotInfo), tag, c.headMr, &r.head);
-        } else {
-          s = plugin_->irecv(c.comm, &c.slotHeads[slot], sizeof(SlotInfo), tag, c.headMr, &r.head);
-        }
-        if (!s.isOk()) {
-          fail(c, s);
-          return true;
-        }
-        if (r.head == nullptr) break;
-      }
-      s = c.isSend
-              ? plugin_->isend(c.comm, slotData, c.slotHeads[slot].bytes, tag, c.dataMr, &r.data)
-              : plugin_->irecv(c.comm, slotData, slotBytes, tag, c.dataMr, &r.data);
-      if (!s.isOk()) {
-        fail(c, s);
-        return true;
-      }
-      if (r.data == nullptr) break;
-      ++c.posted;
-      moved = true;
-    }
-    // Complete, in order.
+    // Complete, in order, before posting more: a post that finds the connection broken must
+    // not lose what already arrived.
     while (c.done < c.posted) {
       NetConn::Req& r = c.reqs[c.done % kInFlight];
       const uint64_t slot = c.done % nslots;
@@ -288,6 +257,38 @@ class NetTransport final : public Transport, public ProxyLink {
         c.fifo->tail.store(c.done, std::memory_order_release);
         wakeSleepers(c.fifo->tail, c.fifo->tailSleepers);
       }
+    }
+    // Post: a send, each slot the executor published; a receive, each free slot.
+    const uint64_t limit = c.isSend ? c.fifo->tail.load(std::memory_order_acquire)
+                                    : c.fifo->head.load(std::memory_order_acquire) + nslots;
+    while (c.posted < limit && c.posted - c.done < kInFlight) {
+      const uint64_t slot = c.posted % nslots;
+      NetConn::Req& r = c.reqs[c.posted % kInFlight];
+      char* slotData = c.data + slot * slotBytes;
+      Status s = Status::ok();
+      if (r.head == nullptr) {
+        if (c.isSend) {
+          c.slotHeads[slot] = c.fifo->slots[slot];
+          s = plugin_->isend(c.comm, &c.slotHeads[slot], sizeof(SlotInfo), tag, c.headMr, &r.head);
+        } else {
+          s = plugin_->irecv(c.comm, &c.slotHeads[slot], sizeof(SlotInfo), tag, c.headMr, &r.head);
+        }
+        if (!s.isOk()) {
+          fail(c, s);
+          return true;
+        }
+        if (r.head == nullptr) break;
+      }
+      s = c.isSend
+              ? plugin_->isend(c.comm, slotData, c.slotHeads[slot].bytes, tag, c.dataMr, &r.data)
+              : plugin_->irecv(c.comm, slotData, slotBytes, tag, c.dataMr, &r.data);
+      if (!s.isOk()) {
+        fail(c, s);
+        return true;
+      }
+      if (r.data == nullptr) break;
+      ++c.posted;
+      moved = true;
     }
     return moved;
   }
