@@ -1,12 +1,18 @@
-// The constants of the selector's cost model, all in one place. The shared-memory and direct
-// figures were fitted to all_reduce_perf runs of each algorithm forced with CHORUS_ALGO (2 and 4
-// ranks on a 2-core host, 8 B to 64 MiB); the network ones follow iperf3 between two network
-// namespaces (one TCP stream about 1.2 GB/s, four about 3 GB/s). Each algorithm's predicted time is
-// built from a latency term (hand-offs between ranks, each costing a step latency) and a bandwidth
-// term (bytes each rank moves divided by a throughput). The figures describe a current x86 server;
-// CHORUS_DEBUG_SUBSYS=TUNING shows what they predict and chorus-tune prints the resulting decision
-// tables.
+// The constants of the selector's cost model, all in one place. The built-in figures were fitted
+// to all_reduce_perf runs of each algorithm forced with CHORUS_ALGO (2 and 4 ranks on a 2-core
+// AMD EPYC host, 8 B to 64 MiB); the network ones follow iperf3 between two network namespaces
+// (one TCP stream about 1.2 GB/s, four about 3 GB/s). Each algorithm's predicted time is built
+// from a latency term (hand-offs between ranks, each costing a step latency) and a bandwidth
+// term (bytes each rank moves divided by a throughput). Machines differ: `chorus-tune
+// --calibrate` measures the algorithms on the machine it runs on and fits these figures to what
+// it measured, into a tuning file that CHORUS_TUNING_FILE points the selector (and chorus-tune)
+// to. CHORUS_DEBUG_SUBSYS=TUNING shows what the model predicts.
 #pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
 
 namespace chorus {
 
@@ -29,10 +35,26 @@ struct CostModel {
   double channelLaunchUs = 8.0;
 };
 
-// The model every communicator and chorus-tune use.
-inline const CostModel& costModel() {
-  static const CostModel model;
-  return model;
-}
+// One figure of the model: its name in tuning files, and what it means.
+struct CostField {
+  const char* name;
+  double CostModel::*member;
+  const char* doc;
+};
+const std::vector<CostField>& costFields();
+
+// The model of this process: the built-in figures, or those of the tuning file CHORUS_TUNING_FILE
+// names (read once, at the first use). A file that cannot be used leaves the built-in figures
+// and costModelStatus() says why (communicator init then fails with that reason).
+const CostModel& costModel();
+Status costModelStatus();
+
+// A tuning file: lines "name value" ('#' starts a comment), each name a CostField's, each value
+// a positive number; figures it leaves out keep the built-in value. Errors name the file, the
+// line and what is wrong.
+Result<CostModel> readTuningFile(const std::string& path);
+// Writes every figure, each with its meaning, after the comment lines given.
+Status writeTuningFile(const std::string& path, const CostModel& model,
+                       const std::vector<std::string>& comments);
 
 }  // namespace chorus

@@ -64,8 +64,7 @@ double ringGBps(const TuningInfo& info, const CostModel& m, int nchannels) {
 
 // The most ring channels whose throughput still adds up (cores, or the network's or memory's
 // cap).
-int usefulChannels(const TuningInfo& info) {
-  const CostModel& m = costModel();
+int usefulChannels(const TuningInfo& info, const CostModel& m) {
   const double capped = usesNetwork(info) ? m.netMaxGBps / m.netGBps : m.shmMaxGBps / m.shmGBps;
   return std::max(
       1, std::min(static_cast<int>(std::ceil(capped)),
@@ -79,8 +78,7 @@ double launchUs(const CostModel& m, int nchannels) {
 }  // namespace
 
 double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nchannels,
-                 size_t bytes) {
-  const CostModel& m = costModel();
+                 size_t bytes, const CostModel& m) {
   const int n = info.nranks;
   const double s = static_cast<double>(bytes);
   if (n <= 1) return algo == Algorithm::kRing ? transferUs(2 * s, m.memGBps) : -1;
@@ -141,7 +139,8 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
   }
 }
 
-Decision selectAlgorithm(const TuningInfo& info, Collective coll, size_t bytes) {
+Decision selectAlgorithm(const TuningInfo& info, Collective coll, size_t bytes,
+                         const CostModel& model) {
   Decision d;
   int lo = info.minChannels < 1 ? 1 : info.minChannels;
   int hi = info.maxChannels < lo ? lo : info.maxChannels;
@@ -154,9 +153,9 @@ Decision selectAlgorithm(const TuningInfo& info, Collective coll, size_t bytes) 
     int first = algo == Algorithm::kRing ? lo : 1;
     int last = algo == Algorithm::kRing ? hi : 1;
     // Channels past the point where throughput stops growing only add launch cost.
-    if (last > first) last = std::max(first, std::min(last, usefulChannels(info)));
+    if (last > first) last = std::max(first, std::min(last, usefulChannels(info, model)));
     for (int ch = first; ch <= last; ++ch) {
-      double us = predictUs(info, coll, algo, ch, bytes);
+      double us = predictUs(info, coll, algo, ch, bytes, model);
       if (us >= 0 && (p.us < 0 || us < p.us)) {
         p.us = us;
         p.nchannels = ch;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/cost_model.h"
 #include "common/status.h"
 
 namespace chorus {
@@ -48,11 +49,12 @@ struct Decision {
 // all-reduce, broadcast and reduce, the gathered output of all-gather, the scattered input of
 // reduce-scatter) with algo over nchannels; negative when algo does not apply.
 double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nchannels,
-                 size_t bytes);
+                 size_t bytes, const CostModel& model = costModel());
 
 // The fastest allowed algorithm and channel count. When the user's list allows nothing that
 // applies to this collective, the fastest applicable one is used and overrideIgnored is set.
-Decision selectAlgorithm(const TuningInfo& info, Collective coll, size_t bytes);
+Decision selectAlgorithm(const TuningInfo& info, Collective coll, size_t bytes,
+                         const CostModel& model = costModel());
 
 // CHORUS_MIN_CHANNELS / CHORUS_MAX_CHANNELS (NCCL_ aliases), each in [1, kMaxChannels] and
 // min <= max; anything else is an error naming the variable.

@@ -1,7 +1,8 @@
 // chorus-tune: the selector's decision table. For a communicator shape (ranks, hosts, cores) and
 // a range of sizes it prints, per collective and size, the algorithm and channel count Chorus
 // picks and the predicted time of every alternative, exactly as a communicator of that shape
-// would decide (CHORUS_ALGO, CHORUS_MIN_CHANNELS and CHORUS_MAX_CHANNELS apply).
+// would decide (CHORUS_ALGO, CHORUS_MIN_CHANNELS, CHORUS_MAX_CHANNELS and CHORUS_TUNING_FILE
+// apply). With --calibrate it measures this machine and writes a tuning file instead.
 #include <sched.h>
 #include <unistd.h>
 
@@ -12,8 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/cost_model.h"
 #include "algorithms/selector.h"
 #include "common/param.h"
+#include "tools/chorus_tune_calibrate.h"
 
 namespace {
 
@@ -32,6 +35,10 @@ void usage(FILE* out) {
           "  -e, --maxbytes S   largest size (default 128M)\n"
           "  -f, --stepfactor F multiply the size by F each row (default 2)\n"
           "      --no-shm       ranks on one host do not share memory (CHORUS_SHM_DISABLE=1)\n"
+          "  -t, --tuning FILE  the cost model's figures from FILE (as CHORUS_TUNING_FILE)\n"
+          "      --calibrate    measure this machine (seconds) and write its tuning file\n"
+          "  -o, --output FILE  where --calibrate writes it (required with --calibrate)\n"
+          "      --quick        fewer measurements (for tests)\n"
           "Sizes are the nccl-tests sizes: the buffer of all-reduce, broadcast and reduce, the\n"
           "gathered output of all-gather, the scattered input of reduce-scatter.\n");
 }
@@ -108,7 +115,8 @@ int main(int argc, char** argv) {
   int nranks = 2, nodes = 1, cores = machineCores();
   size_t minBytes = 8, maxBytes = 128u << 20;
   double factor = 2;
-  bool shm = true;
+  bool shm = true, calibrate = false, quick = false;
+  std::string output;
   std::vector<Collective> colls;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -141,6 +149,14 @@ int main(int argc, char** argv) {
       ok = *end == '\0' && factor > 1;
     } else if (a == "--no-shm") {
       shm = false;
+    } else if (a == "-t" || a == "--tuning") {
+      setenv("CHORUS_TUNING_FILE", value("--tuning"), 1);
+    } else if (a == "--calibrate") {
+      calibrate = true;
+    } else if (a == "-o" || a == "--output") {
+      output = value("--output");
+    } else if (a == "--quick") {
+      quick = true;
     } else {
       fprintf(stderr, "chorus-tune: unknown option %s\n", a.c_str());
       usage(stderr);
@@ -150,6 +166,17 @@ int main(int argc, char** argv) {
       fprintf(stderr, "chorus-tune: bad value for %s: %s\n", a.c_str(), argv[i]);
       return 2;
     }
+  }
+  if (calibrate) {
+    if (output.empty()) {
+      fprintf(stderr, "chorus-tune: --calibrate needs --output FILE\n");
+      return 2;
+    }
+    return runCalibration(output, quick);
+  }
+  if (!chorus::costModelStatus().isOk()) {
+    fprintf(stderr, "chorus-tune: %s\n", chorus::costModelStatus().message().c_str());
+    return 2;
   }
   if (nodes > nranks) {
     fprintf(stderr, "chorus-tune: --nodes %d exceeds --nranks %d\n", nodes, nranks);
@@ -184,6 +211,9 @@ int main(int argc, char** argv) {
         chorus::collectiveName(coll), nranks, nodes, info.localRanks, info.coresPerRank,
         shm ? "shared memory within a host" : "no shared memory", info.minChannels,
         info.maxChannels, info.allowed.isSet ? info.allowed.text.c_str() : "all");
+    const chorus::ParamValue tuning = chorus::paramRaw("TUNING_FILE");
+    printf("# cost model: %s\n",
+           tuning.isSet && !tuning.value.empty() ? tuning.value.c_str() : "built-in figures");
     printf(
         "# predicted us per algorithm (ring: us/channels; x: excluded by CHORUS_ALGO; -: does "
         "not apply)\n");

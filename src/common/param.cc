@@ -146,6 +146,10 @@ const std::vector<ParamDef> kParams = {
     {"TOPO_DUMP_FILE", ParamType::kString, "",
      "Write the detected (or loaded) local topology to this file as Chorus topology JSON", true},
     // Algorithm selection (the cost model picks when these are unset)
+    {"TUNING_FILE", ParamType::kString, "",
+     "Cost model figures for the algorithm selector, from `chorus-tune --calibrate` (empty: the "
+     "built-in figures); a file that cannot be read fails communicator init",
+     false},
     {"ALGO", ParamType::kString, "",
      "Algorithms the selector may use: comma list of ring, tree, oneshot, twoshot, direct "
      "(both direct ones); ^ in front excludes them",

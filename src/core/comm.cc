@@ -175,6 +175,8 @@ Status Communicator::init(const UniqueIdInfo& id) {
   exec_.slotStream = static_cast<SlotStreamMode>(slotStream);
   timeoutSeconds_ = static_cast<double>(paramInt("TIMEOUT"));
   // The local topology (CHORUS_TOPO_FILE or detected): a bad file fails before any waiting.
+  // A tuning file (CHORUS_TUNING_FILE) that cannot be used fails before any waiting too.
+  CHORUS_TRY(costModelStatus().withContext(formatString("rank %d init", rank_)));
   Result<const LocalTopology*> topo = processTopology();
   if (!topo.isOk()) return topo.status().withContext(formatString("rank %d init", rank_));
   // The HCA filter and GID policy are checked against the HCAs the topology found, whichever

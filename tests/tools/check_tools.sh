@@ -1,6 +1,6 @@
 #!/bin/bash
-# Command-line behaviour of the tools and the TUNING log: chorus-tune prints decision tables and
-# refuses bad overrides, a communicator logs each (collective, size class) decision once, a bad
+# Command-line behaviour of the tools and the TUNING log: chorus-tune prints decision tables,
+# refuses bad overrides and writes and reads tuning files, a communicator logs each (collective, size class) decision once, a bad
 # CHORUS_ALGO fails init with a message naming it, and chorus-topo --comm describes the ring and
 # trees of a communicator; chorusrun binds ranks to blocks of its CPUs.
 # usage: check_tools.sh <chorusrun> <chorus-tune> <chorus-topo> <all_reduce_perf> <fixtures dir>
@@ -31,6 +31,37 @@ check "chorus-tune refuses MIN_CHANNELS > MAX_CHANNELS (exit $status)" \
 CHORUS_ALGO=tree "$tune" -n 4 -b 8 -e 8 > "$tmp/tree.txt" 2>&1
 check "CHORUS_ALGO=tree wins over the model in chorus-tune" \
   $(grep -qE '^ +8 +tree ' "$tmp/tree.txt"; echo $?)
+
+# Tuning files: --calibrate measures and writes one that chorus-tune and communicators read; a
+# bad one is refused naming the variable, the file and the line.
+"$tune" --calibrate > "$tmp/cal_noout.txt" 2>&1
+status=$?
+check "chorus-tune --calibrate without --output is refused (exit $status)" \
+  $([ $status -eq 2 ] && grep -q -- '--calibrate needs --output FILE' "$tmp/cal_noout.txt"; echo $?)
+timeout 120 "$tune" --calibrate --quick -o "$tmp/machine.tuning" > "$tmp/cal.txt" 2>&1
+status=$?
+figures=$(grep -cE '^[a-z_]+ +[0-9.e+-]+ +#' "$tmp/machine.tuning" 2>/dev/null)
+check "chorus-tune --calibrate --quick writes every figure (exit $status, $figures figures)" \
+  $([ $status -eq 0 ] && [ "$figures" -eq 10 ] && grep -q '^# median |predicted/measured - 1|' \
+    "$tmp/cal.txt"; echo $?)
+"$tune" -t "$tmp/machine.tuning" -b 8 -e 8 > "$tmp/tuned.txt" 2>&1
+check "chorus-tune --tuning names the file its predictions come from" \
+  $(grep -q "^# cost model: $tmp/machine.tuning" "$tmp/tuned.txt"; echo $?)
+printf 'shm_step_us 1\nshm_gbps fast\n' > "$tmp/bad.tuning"
+CHORUS_TUNING_FILE="$tmp/bad.tuning" "$tune" > "$tmp/badtune.txt" 2>&1
+status=$?
+check "chorus-tune refuses a bad CHORUS_TUNING_FILE (exit $status) naming file and line" \
+  $([ $status -eq 2 ] && grep -q "CHORUS_TUNING_FILE=$tmp/bad.tuning: tuning file $tmp/bad.tuning line 2: shm_gbps = \"fast\" is not a positive number" "$tmp/badtune.txt"; echo $?)
+CHORUS_TUNING_FILE="$tmp/bad.tuning" timeout 120 "$run" -n 2 "$perf" -b 8 -e 8 > "$tmp/badtuneinit.txt" 2>&1
+status=$?
+check "a bad CHORUS_TUNING_FILE fails init (exit $status) naming the file" \
+  $([ $status -ne 0 ] && grep -q "init: CHORUS_TUNING_FILE=$tmp/bad.tuning: tuning file" \
+    "$tmp/badtuneinit.txt"; echo $?)
+CHORUS_TUNING_FILE="$tmp/machine.tuning" timeout 120 "$run" -n 2 "$perf" -b 8 -e 1M -f 16 -c 1 \
+  > "$tmp/tunedrun.txt" 2>&1
+status=$?
+check "a run with the calibrated tuning file passes its checks (exit $status)" \
+  $([ $status -eq 0 ] && grep -q '# Out of bounds values : 0 OK' "$tmp/tunedrun.txt"; echo $?)
 
 # TUNING log: sizes 8..15 step 1 share one size class, 16 and 32 are new ones; every size runs
 # warm-up and timed iterations, yet each class is logged once.

@@ -1,0 +1,8 @@
+// chorus-tune --calibrate (chorus_tune_calibrate.cc).
+#pragma once
+
+#include <string>
+
+// Measures, fits and writes the tuning file; prints the measurements and the fit. quick: fewer
+// sizes and calls (for tests). Returns the exit code.
+int runCalibration(const std::string& output, bool quick);
