@@ -1,7 +1,7 @@
 // chorus-tune --calibrate: measures all-reduce on this machine with each algorithm forced (two
-// ranks as threads of this process: shared memory, then TCP over loopback), fits the cost
-// model's figures to the times (algorithms/calibrate.h) and writes them as a tuning file for
-// CHORUS_TUNING_FILE.
+// ranks as threads of this process: shared memory, then TCP over loopback; three rounds, the
+// median kept), fits the cost model's figures to the times (algorithms/calibrate.h) and writes
+// them as a tuning file for CHORUS_TUNING_FILE.
 #include "tools/chorus_tune_calibrate.h"
 
 #include <sched.h>
@@ -139,10 +139,27 @@ int runCalibration(const std::string& output, bool quick) {
   };
   const std::vector<size_t> sizes = quick ? std::vector<size_t>{8, 65536, 1u << 20}
                                           : std::vector<size_t>{8, 4096, 65536, 1u << 20, 8u << 20};
+  // Rounds over every configuration, the median per size taken: the machine's speed drifts
+  // over seconds (other tenants, clock changes) and each configuration sees the same drift.
+  const int rounds = quick ? 1 : 3;
+  std::vector<std::vector<std::vector<double>>> runs(configs.size());
+  for (int round = 0; round < rounds; ++round) {
+    for (size_t k = 0; k < configs.size(); ++k) {
+      std::vector<double> us;
+      if (!measure(configs[k], sizes, quick, &us)) return 1;
+      runs[k].push_back(us);
+    }
+  }
   std::vector<chorus::Measurement> ms;
-  for (const Config& c : configs) {
-    std::vector<double> us;
-    if (!measure(c, sizes, quick, &us)) return 1;
+  for (size_t k = 0; k < configs.size(); ++k) {
+    const Config& c = configs[k];
+    std::vector<double> us(sizes.size());
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::vector<double> v;
+      for (const std::vector<double>& run : runs[k]) v.push_back(run[i]);
+      std::sort(v.begin(), v.end());
+      us[i] = v[v.size() / 2];
+    }
     for (size_t i = 0; i < sizes.size(); ++i) {
       chorus::Measurement m;
       m.info = shapeOf(c);
