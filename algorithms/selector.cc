@@ -42,6 +42,32 @@ double stepUs(const TuningInfo& info, const CostModel& m) {
   return (usesNetwork(info) ? m.netStepUs : m.shmStepUs) + oversubscribedUs(info, m);
 }
 
+// Whether hand-offs mix two kinds: several hosts, each with several ranks sharing memory. The
+// ring and the tree follow the hosts (topo_graph.h), so only some of their hops cross the
+// network.
+bool mixedHops(const TuningInfo& info) {
+  return info.shm && info.nnodes > 1 && info.nnodes < info.nranks;
+}
+
+// The mean cost of a ring hop: of every nranks hops of the host-shaped ring, one per host
+// crosses the network and the rest are shared-memory hand-offs.
+double ringHopUs(const TuningInfo& info, const CostModel& m) {
+  if (!mixedHops(info)) return stepUs(info, m);
+  const double net = static_cast<double>(info.nnodes) / info.nranks;
+  return net * m.netStepUs + (1 - net) * m.shmStepUs + oversubscribedUs(info, m);
+}
+
+// From the root to the deepest rank of a tree: over one host or one rank per host the double
+// binary tree's depth; over hosts of several ranks, the binary tree over hosts (one network hop
+// per level) with every host on the way passed through its chain of ranks.
+double treeDepthUs(const TuningInfo& info, const CostModel& m) {
+  if (!mixedHops(info)) return ceilLog2(info.nranks) * stepUs(info, m);
+  const int levels = ceilLog2(info.nnodes);
+  const double wake = oversubscribedUs(info, m);
+  return levels * (m.netStepUs + wake) +
+         (levels + 1) * (info.localRanks - 1) * (m.shmStepUs + wake);
+}
+
 // Cores one ring channel keeps busy: its thread, and through the network as much again for the
 // kernel's TCP work (copies, checksums, acknowledgements) on both ends.
 double coresPerChannel(const TuningInfo& info) {
@@ -87,17 +113,18 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
   const double step = stepUs(info, m);
   switch (algo) {
     case Algorithm::kRing: {
+      const double hop = ringHopUs(info, m);
       double bw = ringGBps(info, m, nchannels);
       double launch = launchUs(m, nchannels);
       switch (coll) {
         case Collective::kAllReduce:
-          return 2 * (n - 1) * step + transferUs(2.0 * (n - 1) / n * s, bw) + launch;
+          return 2 * (n - 1) * hop + transferUs(2.0 * (n - 1) / n * s, bw) + launch;
         case Collective::kAllGather:
         case Collective::kReduceScatter:
-          return (n - 1) * step + transferUs(1.0 * (n - 1) / n * s, bw) + launch;
+          return (n - 1) * hop + transferUs(1.0 * (n - 1) / n * s, bw) + launch;
         case Collective::kBroadcast:
         case Collective::kReduce:
-          return (n - 1) * step + transferUs(s, bw) + launch;
+          return (n - 1) * hop + transferUs(s, bw) + launch;
         default:
           return -1;
       }
@@ -107,7 +134,7 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
       // Up and down both trees, whose steps interleave on one thread; the busiest rank moves
       // about twice the buffer.
       double bw = ringGBps(info, m, 1);
-      return 4 * ceilLog2(n) * step + transferUs((n > 2 ? 2.0 : 1.0) * s, bw);
+      return 4 * treeDepthUs(info, m) + transferUs((n > 2 ? 2.0 : 1.0) * s, bw);
     }
     case Algorithm::kRd: {
       // For paths through the network. Within a host the direct algorithms serve small calls,

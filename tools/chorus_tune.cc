@@ -17,6 +17,7 @@
 #include "algorithms/selector.h"
 #include "common/param.h"
 #include "tools/chorus_tune_calibrate.h"
+#include "tools/chorus_tune_simulate.h"
 
 namespace {
 
@@ -28,7 +29,8 @@ void usage(FILE* out) {
           "usage: chorus-tune [options]\n"
           "  -n, --nranks N     ranks in the communicator (default 2)\n"
           "  -N, --nodes M      hosts they are spread over, evenly (default 1)\n"
-          "  -C, --cores C      CPU cores per host (default: this machine's)\n"
+          "  -C, --cores C      CPU cores per host (default: this machine's; --simulate: one\n"
+          "                     per rank)\n"
           "  -c, --coll NAME    allreduce, allgather, reducescatter, broadcast, reduce or all\n"
           "                     (default allreduce)\n"
           "  -b, --minbytes S   smallest size (default 8; K, M, G suffixes)\n"
@@ -39,6 +41,12 @@ void usage(FILE* out) {
           "      --calibrate    measure this machine (seconds) and write its tuning file\n"
           "  -o, --output FILE  where --calibrate writes it (required with --calibrate)\n"
           "      --quick        fewer measurements (for tests)\n"
+          "      --simulate     tables for clusters of 1, 2, 4, ... hosts up to --max-ranks:\n"
+          "                     the choice and predicted bus bandwidth per size\n"
+          "  -R, --ranks-per-host R  ranks on each simulated host (default 8)\n"
+          "      --max-ranks N  largest simulated cluster (default 16384)\n"
+          "      --net-gbps G   network link of each simulated host, GB/s (default: the model's)\n"
+          "      --csv          --simulate prints comma-separated values\n"
           "Sizes are the nccl-tests sizes: the buffer of all-reduce, broadcast and reduce, the\n"
           "gathered output of all-gather, the scattered input of reduce-scatter.\n");
 }
@@ -115,7 +123,9 @@ int main(int argc, char** argv) {
   int nranks = 2, nodes = 1, cores = machineCores();
   size_t minBytes = 8, maxBytes = 128u << 20;
   double factor = 2;
-  bool shm = true, calibrate = false, quick = false;
+  bool shm = true, calibrate = false, quick = false, simulate = false, sizesGiven = false,
+       coresGiven = false;
+  SimulateOptions sim;
   std::string output;
   std::vector<Collective> colls;
   for (int i = 1; i < argc; ++i) {
@@ -137,15 +147,19 @@ int main(int argc, char** argv) {
       ok = parseInt(value("--nodes"), 1, &nodes);
     } else if (a == "-C" || a == "--cores") {
       ok = parseInt(value("--cores"), 1, &cores);
+      coresGiven = true;
     } else if (a == "-c" || a == "--coll") {
       ok = collectiveByName(value("--coll"), &colls);
     } else if (a == "-b" || a == "--minbytes") {
       ok = parseSize(value("--minbytes"), &minBytes);
+      sizesGiven = true;
     } else if (a == "-e" || a == "--maxbytes") {
       ok = parseSize(value("--maxbytes"), &maxBytes);
+      sizesGiven = true;
     } else if (a == "-f" || a == "--stepfactor") {
       char* end = nullptr;
       factor = strtod(value("--stepfactor"), &end);
+      sizesGiven = true;
       ok = *end == '\0' && factor > 1;
     } else if (a == "--no-shm") {
       shm = false;
@@ -157,6 +171,18 @@ int main(int argc, char** argv) {
       output = value("--output");
     } else if (a == "--quick") {
       quick = true;
+    } else if (a == "--simulate") {
+      simulate = true;
+    } else if (a == "-R" || a == "--ranks-per-host") {
+      ok = parseInt(value("--ranks-per-host"), 1, &sim.ranksPerHost);
+    } else if (a == "--max-ranks") {
+      ok = parseInt(value("--max-ranks"), 2, &sim.maxRanks);
+    } else if (a == "--net-gbps") {
+      char* end = nullptr;
+      sim.netLinkGBps = strtod(value("--net-gbps"), &end);
+      ok = *end == '\0' && sim.netLinkGBps > 0;
+    } else if (a == "--csv") {
+      sim.csv = true;
     } else {
       fprintf(stderr, "chorus-tune: unknown option %s\n", a.c_str());
       usage(stderr);
@@ -177,6 +203,21 @@ int main(int argc, char** argv) {
   if (!chorus::costModelStatus().isOk()) {
     fprintf(stderr, "chorus-tune: %s\n", chorus::costModelStatus().message().c_str());
     return 2;
+  }
+  if (simulate) {
+    if (!sizesGiven) {
+      minBytes = 8;
+      maxBytes = size_t(1) << 30;
+      factor = 32;
+    }
+    for (double v = static_cast<double>(minBytes); v <= static_cast<double>(maxBytes);
+         v = v * factor < v + 1 ? v + 1 : v * factor)
+      sim.sizes.push_back(static_cast<size_t>(v));
+    sim.colls = colls.empty() ? std::vector<Collective>{Collective::kAllReduce} : colls;
+    sim.coresPerHost = coresGiven ? cores : 0;  // a core per simulated rank unless given
+    sim.shm = shm;
+    if (sim.maxRanks > 1 << 20) sim.maxRanks = 1 << 20;
+    return runSimulation(sim);
   }
   if (nodes > nranks) {
     fprintf(stderr, "chorus-tune: --nodes %d exceeds --nranks %d\n", nodes, nranks);

@@ -32,6 +32,19 @@ CHORUS_ALGO=tree "$tune" -n 4 -b 8 -e 8 > "$tmp/tree.txt" 2>&1
 check "CHORUS_ALGO=tree wins over the model in chorus-tune" \
   $(grep -qE '^ +8 +tree ' "$tmp/tree.txt"; echo $?)
 
+# --simulate: a row per cluster of 1, 2, 4, ... hosts, a cell per size; --csv for plots.
+"$tune" --simulate -R 8 --max-ranks 1024 > "$tmp/sim.txt" 2>&1
+rows=$(grep -cE '^ +[0-9]+ +[0-9]+ \| [a-z]' "$tmp/sim.txt")
+check "chorus-tune --simulate prints 8 clusters of 8..1024 ranks (got $rows)" \
+  $([ "$rows" -eq 8 ] && grep -qE '^ +1024 +128 \| ' "$tmp/sim.txt"; echo $?)
+"$tune" --simulate --csv -c all -R 4 --max-ranks 64 -b 1K -e 1M -f 32 > "$tmp/sim.csv" 2>&1
+lines=$(grep -cE '^[A-Za-z]+,[0-9]+,[0-9]+,[0-9]+,[a-z]+,[0-9]+,' "$tmp/sim.csv")
+check "chorus-tune --simulate --csv: 5 collectives x 5 clusters x 3 sizes (got $lines)" \
+  $([ "$lines" -eq 75 ] && head -1 "$tmp/sim.csv" | grep -q '^collective,ranks,hosts,bytes'; echo $?)
+"$tune" --simulate -R 0 > "$tmp/simbad.txt" 2>&1
+status=$?
+check "chorus-tune --simulate refuses --ranks-per-host 0 (exit $status)" $([ $status -eq 2 ]; echo $?)
+
 # Tuning files: --calibrate measures and writes one that chorus-tune and communicators read; a
 # bad one is refused naming the variable, the file and the line.
 "$tune" --calibrate > "$tmp/cal_noout.txt" 2>&1

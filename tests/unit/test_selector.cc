@@ -173,6 +173,43 @@ TEST(Selector, ModelShape) {
   EXPECT_GT(selectAlgorithm(tcp, Collective::kAllGather, size_t(64) << 20).nchannels, 1);
 }
 
+// Rings and trees follow the hosts: of a host-shaped ring's hops one per host crosses the
+// network, and a tree's path passes one network hop per level of the tree over hosts plus each
+// host's chain of ranks. With one rank per host, or shared memory disabled, every hop is a
+// network hop.
+TEST(Selector, HostShapedHopsCostWhatTheyCross) {
+  const CostModel& m = costModel();
+  TuningInfo hosts = oneHost(16, 1.0);
+  hosts.nnodes = 2;
+  hosts.localRanks = 8;
+  hosts.directPossible = false;
+  const double hop = (2.0 * m.netStepUs + 14.0 * m.shmStepUs) / 16;
+  EXPECT_NEAR(predictUs(hosts, Collective::kAllReduce, Algorithm::kRing, 1, 0), 2 * 15 * hop, 1e-9);
+  EXPECT_NEAR(predictUs(hosts, Collective::kAllGather, Algorithm::kRing, 1, 0), 15 * hop, 1e-9);
+  // Two hosts: one level, the chains of both hosts on the way.
+  EXPECT_NEAR(predictUs(hosts, Collective::kAllReduce, Algorithm::kTree, 1, 0),
+              4 * (m.netStepUs + 2 * 7 * m.shmStepUs), 1e-9);
+  TuningInfo tcp = hosts;
+  tcp.shm = false;
+  EXPECT_NEAR(predictUs(tcp, Collective::kAllReduce, Algorithm::kRing, 1, 0), 2 * 15 * m.netStepUs,
+              1e-9);
+  EXPECT_NEAR(predictUs(tcp, Collective::kAllReduce, Algorithm::kTree, 1, 0), 4 * 4 * m.netStepUs,
+              1e-9);
+  TuningInfo spread = oneHost(16, 1.0);
+  spread.nnodes = 16;
+  spread.localRanks = 1;
+  spread.directPossible = false;
+  EXPECT_NEAR(predictUs(spread, Collective::kAllReduce, Algorithm::kRing, 1, 0),
+              2 * 15 * m.netStepUs, 1e-9);
+  // The bandwidth term is the network's either way.
+  const size_t big = size_t(64) << 20;
+  EXPECT_NEAR(predictUs(hosts, Collective::kAllReduce, Algorithm::kRing, 1, big) -
+                  predictUs(hosts, Collective::kAllReduce, Algorithm::kRing, 1, 0),
+              predictUs(tcp, Collective::kAllReduce, Algorithm::kRing, 1, big) -
+                  predictUs(tcp, Collective::kAllReduce, Algorithm::kRing, 1, 0),
+              1e-6);
+}
+
 TEST(Selector, OverridesWin) {
   TuningInfo info = oneHost(4, 1.0);
   info.allowed = parseAlgorithmList("tree", "CHORUS_ALGO").value();
