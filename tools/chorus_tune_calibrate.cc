@@ -1,9 +1,11 @@
 // chorus-tune --calibrate: measures all-reduce on this machine with each algorithm forced (two
-// ranks as threads of this process: shared memory, then TCP over loopback; three rounds, the
-// median kept), fits the cost model's figures to the times (algorithms/calibrate.h) and writes
-// them as a tuning file for CHORUS_TUNING_FILE.
+// ranks as threads of this process, each bound to half of its CPUs as chorusrun binds ranks:
+// shared memory, then TCP over loopback; three rounds, the median kept), fits the cost model's
+// figures to the times (algorithms/calibrate.h) and writes them as a tuning file for
+// CHORUS_TUNING_FILE.
 #include "tools/chorus_tune_calibrate.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <sys/utsname.h>
@@ -47,6 +49,24 @@ int cores() {
   return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
 }
 
+// Binds the calling thread to block `rank` of `nranks` equal blocks of this process's CPUs, as
+// chorusrun binds its ranks (threads the rank starts inherit it).
+void bindToBlock(int rank, int nranks) {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  if (sched_getaffinity(0, sizeof all, &all) != 0) return;
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &all)) cpus.push_back(c);
+  const int n = static_cast<int>(cpus.size());
+  int begin = rank * n / nranks, end = (rank + 1) * n / nranks;
+  if (end <= begin) end = begin + 1;
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  for (int i = begin; i < end && i < n; ++i) CPU_SET(cpus[i], &mine);
+  pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
+}
+
 // Calls of bytes per timed batch: enough that a batch takes a few milliseconds.
 int itersFor(size_t bytes, bool quick) {
   const int n = bytes <= 65536 ? 200 : bytes <= (1u << 20) ? 40 : 8;
@@ -68,6 +88,7 @@ bool measure(const Config& c, const std::vector<size_t>& sizes, bool quick,
   us->assign(sizes.size(), 0);
   bool ok[2] = {true, true};
   auto rank = [&](int r) {
+    bindToBlock(r, 2);
     ncclComm_t comm = nullptr;
     if (chorusCommInitRankHost(&comm, 2, id, r, nullptr) != ncclSuccess) {
       fprintf(stderr, "chorus-tune: init: %s\n", ncclGetLastError(nullptr));
@@ -99,8 +120,8 @@ bool measure(const Config& c, const std::vector<size_t>& sizes, bool quick,
     }
     ncclCommDestroy(comm);
   };
-  std::thread t1(rank, 1);
-  rank(0);
+  std::thread t0(rank, 0), t1(rank, 1);
+  t0.join();
   t1.join();
   unsetenv("CHORUS_ALGO");
   unsetenv("CHORUS_MIN_CHANNELS");
