@@ -161,9 +161,15 @@ void describeLocalPlacement(const sockaddr_storage& address, const LocalTopology
     freeifaddrs(list);
   }
   if (me->ifname[0] != '\0') {
-    for (const NetInterface& n : topo.netInterfaces)
-      if (n.name == me->ifname && n.speedMbps > 0) me->ifSpeedMbps = static_cast<int>(n.speedMbps);
-    if (me->ifSpeedMbps < 0)
+    // The speed a virtual interface (veth, bridge, tunnel) reports is nominal, not a limit: a
+    // veth pair says 10000 Mb/s and carries what the CPUs can push. Such a link stays unknown.
+    bool isVirtual = false;
+    for (const NetInterface& n : topo.netInterfaces) {
+      if (n.name != me->ifname) continue;
+      isVirtual = n.isVirtual;
+      if (n.speedMbps > 0 && !isVirtual) me->ifSpeedMbps = static_cast<int>(n.speedMbps);
+    }
+    if (me->ifSpeedMbps < 0 && !isVirtual)
       me->ifSpeedMbps = readInt(std::string("/sys/class/net/") + me->ifname + "/speed", -1);
   }
   cpu_set_t set;

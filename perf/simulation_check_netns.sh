@@ -1,0 +1,105 @@
+#!/bin/bash
+# The simulator against runs across simulated hosts: H network namespaces joined by a bridge,
+# R ranks in each (shared memory inside a host, TCP between hosts), optionally every host's link
+# shaped with tbf to RATE (e.g. 1gbit). For each size, all_reduce_perf with the selector's own
+# chorus-tune --simulate predicts the cluster with TUNING (a chorus-tune --calibrate file) and
+# --net-gbps from RATE (unshaped: the model's network figures), then
+# all_reduce_perf runs ROUNDS times with the algorithm and channels it chose. Prints, per size, the
+# choice, the predicted and the measured times (us, out of place) and predicted/measured. Needs
+# root and iproute2; nothing is configured outside the namespaces.
+# usage: perf/simulation_check_netns.sh TUNING [hosts] [ranks per host] [rate|none] [rounds] [sizes]
+#   e.g. perf/simulation_check_netns.sh machine.tuning 4 2 1gbit 3 "1M 8M 32M"
+set -eu
+here=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD:-$here/build}
+tuning=$(readlink -f "$1")
+hosts=${2:-4}
+per=${3:-2}
+rate=${4:-none}
+rounds=${5:-3}
+sizes=${6:-"1M 8M 32M"}
+tag="chorus-sim-$$"
+tmp=$(mktemp -d)
+cleanup() {
+  for ((h = 0; h < hosts; h++)); do ip netns delete "$tag-$h" 2>/dev/null || true; done
+  ip netns delete "$tag-br" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+ip netns add "$tag-br"
+ip -n "$tag-br" link add br0 type bridge
+ip -n "$tag-br" link set br0 up
+for ((h = 0; h < hosts; h++)); do
+  ns="$tag-$h"
+  ip netns add "$ns"
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link add eth0 type veth peer name "p$h" netns "$tag-br"
+  ip -n "$ns" addr add "10.216.0.$((h + 1))/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$tag-br" link set "p$h" master br0
+  ip -n "$tag-br" link set "p$h" up
+  if [ "$rate" != none ]; then
+    # Both directions of the host's link: its own egress, and the bridge port's towards it.
+    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
+    ip netns exec "$tag-br" tc qdisc add dev "p$h" root tbf rate "$rate" burst 256kb latency 50ms
+  fi
+done
+
+nranks=$((hosts * per))
+# A veth's reported speed is nominal (the ranks' model ignores it too): unshaped, the link is
+# left to the model's network figures.
+net=()
+if [ "$rate" != none ]; then
+  bits=$(echo "$rate" | sed -E 's/gbit$/e9/; s/mbit$/e6/')
+  net=(--net-gbps "$(python3 -c "print($bits / 8e9)")")
+fi
+for size in $sizes; do
+  "$build/tools/chorus-tune" --simulate --csv -R "$per" --max-ranks "$nranks" -C "$(nproc)" \
+    -t "$tuning" "${net[@]}" -b "$size" -e "$size" | grep "^AllReduce,$nranks," >> "$tmp/predicted"
+done
+port=29800
+for ((round = 1; round <= rounds; round++)); do
+  for size in $sizes; do
+    port=$((port + 1))
+    # The algorithm and channels the simulator chose for this size, so that the run measures
+    # the prediction's choice (the ranks' own model may see another link speed).
+    bytes=$("$build/tools/chorus-tune" --simulate --csv -R 1 --max-ranks 2 -b "$size" -e "$size" \
+      | tail -1 | cut -d, -f4)
+    choice=$(grep "^AllReduce,$nranks,$hosts,$bytes," "$tmp/predicted" | cut -d, -f5,6)
+    algo=${choice%,*}
+    channels=${choice#*,}
+    for ((r = 0; r < nranks; r++)); do
+      h=$((r / per))
+      ip netns exec "$tag-$h" env CHORUS_RANK=$r CHORUS_NRANKS=$nranks \
+        NCCL_COMM_ID=10.216.0.1:$port CHORUS_COMM_SECRET=0123456789abcdef \
+        CHORUS_TUNING_FILE="$tuning" CHORUS_SOCKET_IFNAME=eth0 CHORUS_ALGO="$algo" \
+        CHORUS_MIN_CHANNELS="$channels" CHORUS_MAX_CHANNELS="$channels" \
+        "$build/perf/all_reduce_perf" -b "$size" -e "$size" -n 10 -w 3 -c 0 \
+        > "$tmp/run.$round.$size.$r" 2>&1 &
+    done
+    wait
+  done
+done
+
+python3 - "$tmp" "$rounds" "$sizes" <<'PY'
+import os, statistics, sys
+tmp, rounds, sizes = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+pred = {}
+for line in open(os.path.join(tmp, "predicted")):
+    f = line.strip().split(",")
+    pred[int(f[3])] = (f[4] + ("/" + f[5] if f[4] == "ring" else ""), float(f[6]))
+print("%10s  %-10s %12s  %-30s %8s" % ("size (B)", "choice", "predicted", "measured, us per call",
+                                        "pred/meas"))
+for s in sizes:
+    meas = []
+    for r in range(1, rounds + 1):
+        for line in open(os.path.join(tmp, "run.%d.%s.0" % (r, s))):
+            f = line.split()
+            if not line.startswith("#") and len(f) == 13:
+                meas.append(float(f[5]))
+                size = int(f[0])
+    m = statistics.median(meas)
+    algo, p = pred[size]
+    print("%10d  %-10s %12.1f  %-30s %8.2f" % (size, algo, p, " ".join("%.1f" % x for x in meas),
+                                              p / m))
+PY
