@@ -46,17 +46,12 @@ for ((i = 1; i <= rounds; i++)); do
   if ((i % 2)); then order="builtin calibrated"; else order="calibrated builtin"; fi
   for v in $order; do run "$v" "$i"; done
 done
-python3 - "$tmp" "$rounds" <<'PY'
+python3 - "$tmp" "$rounds" "$here/perf" <<'PY'
 import os, statistics, sys
 tmp, rounds = sys.argv[1], int(sys.argv[2])
-def times(path):
-    out = {}
-    for line in open(path):
-        f = line.split()
-        if line.startswith("#") or len(f) != 13:
-            continue
-        out[int(f[0])] = float(f[5])
-    return out
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[3])
+from perf_output import times
 def picks(path):
     out = {}
     for line in open(path):

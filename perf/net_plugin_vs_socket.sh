@@ -51,17 +51,12 @@ for ((i = 1; i <= rounds; i++)); do
   if ((i % 2)); then order="socket plugin"; else order="plugin socket"; fi
   for v in $order; do run "$v" "$i"; done
 done
-python3 - "$tmp" "$rounds" <<'PY'
+python3 - "$tmp" "$rounds" "$here/perf" <<'PY'
 import statistics, sys, os
 tmp, rounds = sys.argv[1], int(sys.argv[2])
-def times(path):
-    out = {}
-    for line in open(path):
-        f = line.split()
-        if line.startswith("#") or len(f) != 13:
-            continue
-        out[int(f[0])] = float(f[5])  # out-of-place time per call, us
-    return out
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[3])
+from perf_output import times
 data = {v: [times(os.path.join(tmp, "%s.%d" % (v, r))) for r in range(1, rounds + 1)]
         for v in ("socket", "plugin")}
 print("%10s  %-40s  %-40s  %s" % ("size (B)", "socket, us per call", "plugin, us per call",

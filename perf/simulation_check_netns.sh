@@ -81,9 +81,12 @@ for ((round = 1; round <= rounds; round++)); do
   done
 done
 
-python3 - "$tmp" "$rounds" "$sizes" <<'PY'
+python3 - "$tmp" "$rounds" "$sizes" "$here/perf" <<'PY'
 import os, statistics, sys
 tmp, rounds, sizes = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+sys.dont_write_bytecode = True
+sys.path.insert(0, sys.argv[4])
+from perf_output import times
 pred = {}
 for line in open(os.path.join(tmp, "predicted")):
     f = line.strip().split(",")
@@ -91,13 +94,9 @@ for line in open(os.path.join(tmp, "predicted")):
 print("%10s  %-10s %12s  %-30s %8s" % ("size (B)", "choice", "predicted", "measured, us per call",
                                         "pred/meas"))
 for s in sizes:
-    meas = []
-    for r in range(1, rounds + 1):
-        for line in open(os.path.join(tmp, "run.%d.%s.0" % (r, s))):
-            f = line.split()
-            if not line.startswith("#") and len(f) == 13:
-                meas.append(float(f[5]))
-                size = int(f[0])
+    runs = [times(os.path.join(tmp, "run.%d.%s.0" % (r, s))) for r in range(1, rounds + 1)]
+    size = next(iter(runs[0]))
+    meas = [run[size] for run in runs]
     m = statistics.median(meas)
     algo, p = pred[size]
     print("%10d  %-10s %12.1f  %-30s %8.2f" % (size, algo, p, " ".join("%.1f" % x for x in meas),

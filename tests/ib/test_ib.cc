@@ -19,7 +19,7 @@
 #include "transport/ib/verbs.h"
 #include "transport/net_plugin/net_abi.h"
 #include "transport/net_plugin/net_plugin.h"
-#include "tests/unit/net_choice.h"
+#include "tests/unit/net_plugin_testing.h"
 
 namespace {
 
@@ -373,27 +373,6 @@ TEST(IbDevices, PortsThatAreDownAreNotUsed) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
-}
-
-// Connects a sender and a receiver on device dev, driving both ends from one thread.
-void connectPair(NetPlugin& p, int dev, void** send, void** recv) {
-  char handle[NCCL_NET_HANDLE_MAXSIZE];
-  void* listen = nullptr;
-  ASSERT_TRUE(p.listen(dev, handle, &listen).isOk());
-  *send = *recv = nullptr;
-  for (int i = 0; i < 1000000 && (*send == nullptr || *recv == nullptr); ++i) {
-    if (*send == nullptr) {
-      auto s = p.connect(dev, handle, send);
-      ASSERT_TRUE(s.isOk()) << s.message();
-    }
-    if (*recv == nullptr) {
-      auto s = p.accept(listen, recv);
-      ASSERT_TRUE(s.isOk()) << s.message();
-    }
-  }
-  ASSERT_NE(*send, nullptr);
-  ASSERT_NE(*recv, nullptr);
-  ASSERT_TRUE(p.closeListen(listen).isOk());
 }
 
 // Polls both requests to their end; false when either failed (its message in *why).

@@ -14,7 +14,7 @@
 
 #include "transport/net_plugin/net_abi.h"
 #include "transport/net_plugin/net_plugin.h"
-#include "tests/unit/net_choice.h"
+#include "tests/unit/net_plugin_testing.h"
 
 namespace {
 
@@ -72,26 +72,6 @@ TEST(NetPluginLoad, ErrorsSayWhy) {
       << notPlugin.status().message();
 }
 
-// Connects a sender and a receiver through p over loopback, driving connect and accept in turn
-// as a single thread must.
-void connectPair(NetPlugin& p, void** send, void** recv) {
-  char handle[NCCL_NET_HANDLE_MAXSIZE];
-  void* listen = nullptr;
-  ASSERT_TRUE(p.listen(0, handle, &listen).isOk());
-  *send = *recv = nullptr;
-  for (int i = 0; i < 100000 && (*send == nullptr || *recv == nullptr); ++i) {
-    if (*send == nullptr) {
-      ASSERT_TRUE(p.connect(0, handle, send).isOk());
-    }
-    if (*recv == nullptr) {
-      ASSERT_TRUE(p.accept(listen, recv).isOk());
-    }
-  }
-  ASSERT_NE(*send, nullptr);
-  ASSERT_NE(*recv, nullptr);
-  ASSERT_TRUE(p.closeListen(listen).isOk());
-}
-
 void expectMessagesArrive(const char* env, int version) {
   const char* path = getenv(env);
   ASSERT_NE(path, nullptr) << env << " names the example plugin built for v" << version;
@@ -110,7 +90,7 @@ void expectMessagesArrive(const char* env, int version) {
 
   void* send = nullptr;
   void* recv = nullptr;
-  connectPair(p, &send, &recv);
+  connectPair(p, 0, &send, &recv);
   for (size_t bytes : {size_t(0), size_t(1), size_t(4096), size_t(3) << 20}) {
     SCOPED_TRACE(bytes);
     std::vector<unsigned char> out(bytes), in(bytes + 64, 0xee);

@@ -85,6 +85,11 @@ struct Comm {
   SteadyClock::time_point lastPeek{};
 };
 
+// The connection's failure, if it failed.
+Status connStatus(const Comm* c) {
+  return c->failed ? remoteError("%s", c->error.c_str()) : Status::ok();
+}
+
 // Connection setup, stepped by repeated connect/accept calls.
 struct Setup {
   enum Stage { kConnecting, kSendInfo, kRecvInfo, kReady } stage = kConnecting;
@@ -97,7 +102,6 @@ struct Setup {
 
 struct Handle {
   uint32_t magic;
-  uint32_t dev;
   sockaddr_in6 addr;  // or a sockaddr_in
   uint32_t addrLen;
   Setup* setup;  // connect's progress
@@ -174,11 +178,12 @@ class IbNet final : public NetPlugin {
   Result<Comm*> createComm(bool isSend, int dev, int nqps);
   Status toRts(Comm* c, const ConnInfo& remote);
   void fillInfo(const Comm* c, ConnInfo* info) const;
-  Status stepConnect(Handle* h, void** sendComm);
+  Status stepConnect(int dev, Handle* h, void** sendComm);
   Status stepAccept(ListenComm* l, void** recvComm);
   void poll(Comm* c);
   Status failure(Comm* c, const std::string& why);
-  void peekPeer(Comm* c);
+  Status peekPeer(Comm* c);
+  Result<Request*> freeRequest(Comm* c);
   void destroy(Comm* c);
 
   const VerbsApi* v_;
@@ -317,7 +322,6 @@ Status IbNet::listen(int dev, void* handle, void** listenComm) {
   Handle h;
   memset(&h, 0, sizeof h);
   h.magic = kHandleMagic;
-  h.dev = static_cast<uint32_t>(dev);
   const SocketAddress& a = lc->listener.address();
   h.addrLen = static_cast<uint32_t>(a.length());
   memcpy(&h.addr, a.sockaddrPtr(), std::min<size_t>(sizeof h.addr, a.length()));
@@ -348,7 +352,7 @@ Status IbNet::connect(int dev, void* handle, void** sendComm) {
   memcpy(&h, handle, sizeof h);
   if (h.magic != kHandleMagic)
     return invalidArgument("IB: connect with a handle that is not an IB listener's");
-  Status s = stepConnect(&h, sendComm);
+  Status s = stepConnect(dev, &h, sendComm);
   if (!s.isOk() && h.setup != nullptr) {
     destroy(h.setup->comm);
     delete h.setup;
@@ -368,12 +372,13 @@ Status startConnect(Comm* c, const SocketAddress& peer) {
   return Status::ok();
 }
 
-Status IbNet::stepConnect(Handle* h, void** sendComm) {
+// dev is this host's device: the listener's index means nothing here.
+Status IbNet::stepConnect(int dev, Handle* h, void** sendComm) {
   const SocketAddress peer(reinterpret_cast<const sockaddr*>(&h->addr), h->addrLen);
   if (h->setup == nullptr) {
     h->setup = new Setup;
     h->setup->started = SteadyClock::now();
-    Result<Comm*> c = createComm(true, static_cast<int>(h->dev), options_.qpsPerConnection);
+    Result<Comm*> c = createComm(true, dev, options_.qpsPerConnection);
     if (!c.isOk()) return c.status();
     h->setup->comm = c.value();
     CHORUS_TRY(startConnect(h->setup->comm, peer));
@@ -521,35 +526,41 @@ Status IbNet::failure(Comm* c, const std::string& why) {
                             c->isSend ? "sending to" : "receiving from",
                             c->sock.peer().toString().c_str(), why.c_str());
   }
-  return remoteError("%s", c->error.c_str());
+  return connStatus(c);
 }
 
 // A peer that closed its end of the setup socket has closed the connection (or died): checked
 // at most every 100 ms while a request waits.
-void IbNet::peekPeer(Comm* c) {
+Status IbNet::peekPeer(Comm* c) {
   const SteadyClock::time_point now = SteadyClock::now();
-  if (now - c->lastPeek < std::chrono::milliseconds(100)) return;
+  if (c->failed || now - c->lastPeek < std::chrono::milliseconds(100)) return connStatus(c);
   c->lastPeek = now;
   char b;
   ssize_t n = recv(c->sock.fd(), &b, 1, MSG_PEEK | MSG_DONTWAIT);
   if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-    (void)failure(c, "the peer closed the connection");
+    return failure(c, "the peer closed the connection");
+  return Status::ok();
+}
+
+// The slot of the next request after taking the completions there are; null while it is still
+// in use (post again later).
+Result<Request*> IbNet::freeRequest(Comm* c) {
+  if (!c->failed) poll(c);
+  CHORUS_TRY(connStatus(c));
+  Request& r = c->reqs[c->seq % kMaxRequests];
+  return r.used ? nullptr : &r;
 }
 
 Status IbNet::isend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
                     void** request) {
   *request = nullptr;
   Comm* c = static_cast<Comm*>(sendComm);
-  if (!c->failed) poll(c);
-  if (c->failed) return remoteError("%s", c->error.c_str());
+  Result<Request*> next = freeRequest(c);
+  if (!next.isOk() || next.value() == nullptr) return next.status();
+  Request& r = *next.value();
   const int slot = static_cast<int>(c->seq % kMaxRequests);
-  Request& r = c->reqs[slot];
-  if (r.used) return Status::ok();
   FifoEntry* e = &c->fifo[slot];
-  if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != c->seq + 1) {
-    peekPeer(c);
-    return c->failed ? remoteError("%s", c->error.c_str()) : Status::ok();
-  }
+  if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != c->seq + 1) return peekPeer(c);
   const FifoEntry entry = *e;
   if (entry.tag != tag)
     return failure(c, formatString("a send with tag %d met a receive with tag %d", tag, entry.tag));
@@ -602,11 +613,10 @@ Status IbNet::irecv(void* recvComm, void* data, size_t size, int tag, void* mhan
                     void** request) {
   *request = nullptr;
   Comm* c = static_cast<Comm*>(recvComm);
-  if (!c->failed) poll(c);
-  if (c->failed) return remoteError("%s", c->error.c_str());
+  Result<Request*> next = freeRequest(c);
+  if (!next.isOk() || next.value() == nullptr) return next.status();
+  Request& r = *next.value();
   const int slot = static_cast<int>(c->seq % kMaxRequests);
-  Request& r = c->reqs[slot];
-  if (r.used) return Status::ok();
   if (size > 0xffffffffu) return invalidArgument("IB: a receive of %zu bytes", size);
   if (mhandle == nullptr)
     return invalidArgument("IB: a receive into memory that is not registered");
@@ -688,10 +698,7 @@ Status IbNet::test(void* request, bool* done, size_t* size) {
   Comm* c = r->comm;
   *done = false;
   if (!c->failed) poll(c);
-  if (r->pending > 0) {
-    if (!c->failed) peekPeer(c);
-    return c->failed ? remoteError("%s", c->error.c_str()) : Status::ok();
-  }
+  if (r->pending > 0) return peekPeer(c);
   *done = true;
   if (size != nullptr) *size = r->size;
   r->used = false;

@@ -35,7 +35,6 @@ constexpr uint64_t kInFlight = 8;
 
 struct NetInfo {
   uint32_t magic;
-  int32_t dev;
   char handle[NCCL_NET_HANDLE_MAXSIZE];
 };
 static_assert(sizeof(NetInfo) <= sizeof(ConnectInfo), "NetInfo must fit a ConnectInfo");
@@ -85,7 +84,6 @@ class NetTransport final : public Transport, public ProxyLink {
     std::unique_ptr<NetConn> c = newConn(false, peer, channel);
     NetInfo ni{};
     ni.magic = kInfoMagic;
-    ni.dev = c->dev;
     CHORUS_TRY(plugin_->listen(c->dev, ni.handle, &c->listenComm)
                    .withContext(formatString("net plugin transport: listening for rank %d", peer)));
     memcpy(info->bytes, &ni, sizeof ni);

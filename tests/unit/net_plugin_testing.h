@@ -1,8 +1,7 @@
-// What processNetPlugin chooses in a fresh process (it chooses once per process) with env set:
-// "none", "<name> v<version>", or "error <code>: <message>". Shared by the net plugin and IB
-// network tests.
+// Helpers of the net plugin and IB network tests.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,7 +10,33 @@
 #include <utility>
 #include <vector>
 
+#include "transport/net_plugin/net_abi.h"
 #include "transport/net_plugin/net_plugin.h"
+
+// Connects a sender and a receiver on device dev of p, driving connect and accept in turn from
+// one thread, as a single thread must.
+inline void connectPair(chorus::NetPlugin& p, int dev, void** send, void** recv) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listen = nullptr;
+  ASSERT_TRUE(p.listen(dev, handle, &listen).isOk());
+  *send = *recv = nullptr;
+  for (int i = 0; i < 1000000 && (*send == nullptr || *recv == nullptr); ++i) {
+    if (*send == nullptr) {
+      auto s = p.connect(dev, handle, send);
+      ASSERT_TRUE(s.isOk()) << s.message();
+    }
+    if (*recv == nullptr) {
+      auto s = p.accept(listen, recv);
+      ASSERT_TRUE(s.isOk()) << s.message();
+    }
+  }
+  ASSERT_NE(*send, nullptr);
+  ASSERT_NE(*recv, nullptr);
+  ASSERT_TRUE(p.closeListen(listen).isOk());
+}
+
+// What processNetPlugin chooses in a fresh process (it chooses once per process) with env set:
+// "none", "<name> v<version>", or "error <code>: <message>".
 
 inline std::string chooseInChild(const std::vector<std::pair<const char*, const char*>>& env) {
   int fds[2];
