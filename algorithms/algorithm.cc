@@ -35,6 +35,8 @@ const char* algorithmName(Algorithm a) {
       return "twoshot";
     case Algorithm::kRd:
       return "rd";
+    case Algorithm::kHier:
+      return "hier";
     default:
       return "?";
   }
@@ -80,7 +82,7 @@ Result<AlgorithmMask> parseAlgorithmList(const std::string& value, const std::st
     if (bits == 0)
       return invalidArgument(
           "%s: \"%s\" names no algorithm Chorus implements (accepted: ring, tree, oneshot, "
-          "twoshot, rd, direct; comma-separated, ^ in front to exclude)",
+          "twoshot, rd, hier, direct; comma-separated, ^ in front to exclude)",
           mask.text.c_str(), name.c_str());
     named |= bits;
     pos = comma + 1;
@@ -89,7 +91,7 @@ Result<AlgorithmMask> parseAlgorithmList(const std::string& value, const std::st
   mask.bits = exclude ? all & ~named : named;
   if (mask.bits == 0)
     return invalidArgument(
-        "%s excludes every algorithm (accepted: ring, tree, oneshot, twoshot, rd)",
+        "%s excludes every algorithm (accepted: ring, tree, oneshot, twoshot, rd, hier)",
         mask.text.c_str());
   return mask;
 }

@@ -22,16 +22,20 @@ const char* collectiveName(Collective c);
 
 // Every algorithm the selector can choose. Ring, tree and recursive doubling run over FIFO
 // connectors (shared memory or the network); one-shot and two-shot read peers' staged inputs
-// directly from a shared-memory region, so they need every rank on one host.
+// directly from a shared-memory region, so they need every rank on one host. The hierarchical
+// algorithm runs in phases over two communicators of its own, one per host and one across
+// hosts per local index (core/comm_hier.cc), so it needs several hosts with the same number
+// (at least two) of ranks each.
 enum class Algorithm : int {
   kRing = 0,
   kTree,
   kOneShot,
   kTwoShot,
-  kRd,  // recursive doubling (all-reduce)
+  kRd,    // recursive doubling (all-reduce)
+  kHier,  // within hosts, across hosts, within hosts again
   kCount,
 };
-// "ring", "tree", "oneshot", "twoshot", "rd": the names CHORUS_ALGO accepts.
+// "ring", "tree", "oneshot", "twoshot", "rd", "hier": the names CHORUS_ALGO accepts.
 const char* algorithmName(Algorithm a);
 
 // The algorithms the user allows: one bit per Algorithm.
@@ -44,7 +48,7 @@ struct AlgorithmMask {
 };
 
 // Parses an algorithm list: names separated by commas, any case ("ring", "tree", "oneshot",
-// "twoshot", "rd", and "direct" for both direct algorithms); a leading ^ excludes the listed names
+// "twoshot", "rd", "hier", and "direct" for both direct algorithms); a leading ^ excludes the listed names
 // instead. An unknown name or a list that excludes everything is an error naming the variable
 // and the accepted values (never silently ignored).
 Result<AlgorithmMask> parseAlgorithmList(const std::string& value, const std::string& source);

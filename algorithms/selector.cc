@@ -101,7 +101,55 @@ double launchUs(const CostModel& m, int nchannels) {
   return (nchannels - 1) * m.channelLaunchUs;
 }
 
+// The hierarchical algorithm's phases, each priced by the selection its own communicator makes
+// (hierLocalInfo / hierCrossInfo): within hosts, across hosts on 1/L of the bytes, within hosts
+// again; all-gather and reduce-scatter also reorder the blocks once in memory.
+double hierUs(const TuningInfo& info, Collective coll, double s, const CostModel& m) {
+  const int local = info.hierRanksPerHost;
+  if (local < 2 || info.nnodes < 2 || local * info.nnodes != info.nranks) return -1;
+  const TuningInfo in = hierLocalInfo(info, m), across = hierCrossInfo(info, m);
+  auto best = [&m](const TuningInfo& i, Collective c, double bytes) {
+    return selectAlgorithm(i, c, static_cast<size_t>(bytes), m).us;
+  };
+  const double reorder = transferUs(2 * s, m.memGBps * cpuShare(info));
+  switch (coll) {
+    case Collective::kAllReduce:
+      return best(in, Collective::kReduceScatter, s) + best(across, coll, s / local) +
+             best(in, Collective::kAllGather, s);
+    case Collective::kAllGather:
+      return best(across, coll, s / local) + best(in, coll, s) + reorder;
+    case Collective::kReduceScatter:
+      return reorder + best(in, coll, s) + best(across, coll, s / local);
+    case Collective::kBroadcast:
+      return best(across, coll, s) + best(in, coll, s);
+    default:
+      return -1;
+  }
+}
+
 }  // namespace
+
+TuningInfo hierLocalInfo(const TuningInfo& info, const CostModel&) {
+  TuningInfo local = info;
+  local.nranks = info.hierRanksPerHost;
+  local.nnodes = 1;
+  local.localRanks = info.hierRanksPerHost;
+  local.directPossible = info.shm && local.nranks > 1;
+  local.hierRanksPerHost = 0;
+  return local;
+}
+
+TuningInfo hierCrossInfo(const TuningInfo& info, const CostModel& m) {
+  TuningInfo cross = info;
+  cross.nranks = info.nnodes;
+  cross.localRanks = 1;
+  cross.directPossible = false;
+  cross.hierRanksPerHost = 0;
+  // Every rank of a host crosses at once: each gets its share of the host's link.
+  const double link = info.netLinkGBps > 0 ? info.netLinkGBps : m.netMaxGBps;
+  cross.netLinkGBps = link / std::max(1, info.hierRanksPerHost);
+  return cross;
+}
 
 double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nchannels,
                  size_t bytes, const CostModel& m) {
@@ -161,6 +209,8 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
       // Stage, reduce one share of every input, then gather every share.
       return chunks * 2 * sync + transferUs((5.0 + 1.0 / n) * s, mem);
     }
+    case Algorithm::kHier:
+      return hierUs(info, coll, s, m);
     default:
       return -1;
   }

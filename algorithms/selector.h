@@ -24,6 +24,9 @@ struct TuningInfo {
   bool directPossible = false;  // every rank on one host with shared memory
   size_t directChunkBytes = 256 * 1024;  // staging bytes per rank of the direct algorithms
   double netLinkGBps = 0;  // slowest network link between hosts when known (else the model's)
+  // Ranks on every host when all hosts have the same number; the hierarchical algorithm
+  // applies when this is at least 2 and there are several hosts (0: uneven, or not offered).
+  int hierRanksPerHost = 0;
   AlgorithmMask allowed;   // CHORUS_ALGO
   int minChannels = 1;     // CHORUS_MIN_CHANNELS
   int maxChannels = kMaxChannels;  // CHORUS_MAX_CHANNELS
@@ -50,6 +53,11 @@ struct Decision {
 // reduce-scatter) with algo over nchannels; negative when algo does not apply.
 double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nchannels,
                  size_t bytes, const CostModel& model = costModel());
+
+// What the phases of the hierarchical algorithm run on: the ranks of one host, and one rank of
+// every host (each host's ranks sharing its link). Their own selections price the phases.
+TuningInfo hierLocalInfo(const TuningInfo& info, const CostModel& model = costModel());
+TuningInfo hierCrossInfo(const TuningInfo& info, const CostModel& model = costModel());
 
 // The fastest allowed algorithm and channel count. When the user's list allows nothing that
 // applies to this collective, the fastest applicable one is used and overrideIgnored is set.

@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-MARKERS = {"ring": "o", "tree": "^", "oneshot": "s", "twoshot": "D", "rd": "x"}
+MARKERS = {"ring": "o", "tree": "^", "oneshot": "s", "twoshot": "D", "rd": "x", "hier": "*"}
 
 
 def size_text(b):

@@ -19,31 +19,9 @@ rate=${4:-none}
 rounds=${5:-3}
 sizes=${6:-"1M 8M 32M"}
 tag="chorus-sim-$$"
-tmp=$(mktemp -d)
-cleanup() {
-  for ((h = 0; h < hosts; h++)); do ip netns delete "$tag-$h" 2>/dev/null || true; done
-  ip netns delete "$tag-br" 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-ip netns add "$tag-br"
-ip -n "$tag-br" link add br0 type bridge
-ip -n "$tag-br" link set br0 up
-for ((h = 0; h < hosts; h++)); do
-  ns="$tag-$h"
-  ip netns add "$ns"
-  ip -n "$ns" link set lo up
-  ip -n "$ns" link add eth0 type veth peer name "p$h" netns "$tag-br"
-  ip -n "$ns" addr add "10.216.0.$((h + 1))/24" dev eth0
-  ip -n "$ns" link set eth0 up
-  ip -n "$tag-br" link set "p$h" master br0
-  ip -n "$tag-br" link set "p$h" up
-  if [ "$rate" != none ]; then
-    # Both directions of the host's link: its own egress, and the bridge port's towards it.
-    ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 50ms
-    ip netns exec "$tag-br" tc qdisc add dev "p$h" root tbf rate "$rate" burst 256kb latency 50ms
-  fi
-done
+# shellcheck source=perf/netns_hosts.sh
+. "$here/perf/netns_hosts.sh"
+netns_hosts_start "$tag" "$hosts" "$rate"
 
 nranks=$((hosts * per))
 # A veth's reported speed is nominal (the ranks' model ignores it too): unshaped, the link is

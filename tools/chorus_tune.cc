@@ -243,6 +243,7 @@ int main(int argc, char** argv) {
   info.coresPerRank = static_cast<double>(cores) / info.localRanks;
   info.shm = shm;
   info.directPossible = nodes == 1 && shm && nranks > 1;
+  if (nodes > 1 && nranks % nodes == 0) info.hierRanksPerHost = nranks / nodes;
   info.directChunkBytes = static_cast<size_t>(chorus::paramInt("DIRECT_BUFFSIZE"));
 
   for (Collective coll : colls) {

@@ -91,6 +91,7 @@ int runSimulation(const SimulateOptions& o) {
       info.nranks = n;
       info.nnodes = hosts;
       info.directPossible = hosts == 1 && o.shm;
+      info.hierRanksPerHost = hosts > 1 ? o.ranksPerHost : 0;
       if (!o.csv) printf("%7d %6d", n, hosts);
       for (size_t b : o.sizes) {
         const chorus::Decision d = chorus::selectAlgorithm(info, coll, b);

@@ -152,7 +152,7 @@ const std::vector<ParamDef> kParams = {
      false},
     {"ALGO", ParamType::kString, "",
      "Algorithms the selector may use: comma list of ring, tree, oneshot, twoshot, direct "
-     "(both direct ones); ^ in front excludes them",
+     "(both direct ones), rd, hier; ^ in front excludes them",
      true},
     {"DEVICE_CHANNELS", ParamType::kInt, "8",
      "Ring channels a device communicator connects (1..16); each collective kernel runs one "

@@ -117,6 +117,15 @@ Communicator::Communicator(int rank, int nranks, const CommOptions& options)
 
 Communicator::~Communicator() {
   dumpUnregister(this);
+  std::unique_ptr<Communicator> hierLocal, hierCross;
+  {
+    // The hierarchical algorithm's communicators first: they finish on their own.
+    std::lock_guard<std::mutex> lock(hierMutex_);
+    hierLocal = std::move(hierLocal_);
+    hierCross = std::move(hierCross_);
+  }
+  hierCross.reset();
+  hierLocal.reset();
   // Shared-memory names a peer that died made before its peers could remove them.
   if (hasAsyncError_.load() || abort_.isRaised()) removeLeftNames();
   // The watch first: it reports into this communicator. Then idle channel workers. The
@@ -159,6 +168,10 @@ Status Communicator::init(const UniqueIdInfo& id) {
   Result<AlgorithmMask> mask = algorithmOverride();
   if (!mask.isOk()) return mask.status().withContext(formatString("rank %d init", rank_));
   tuning_.allowed = mask.value();
+  if (options_.hierPhase) {
+    tuning_.allowed.bits &= ~(1u << static_cast<int>(Algorithm::kHier));
+    if (tuning_.allowed.bits == 0) tuning_.allowed = AlgorithmMask();
+  }
   Status bounds = channelBounds(&tuning_.minChannels, &tuning_.maxChannels);
   if (!bounds.isOk()) return bounds.withContext(formatString("rank %d init", rank_));
   int64_t directBytes = paramInt("DIRECT_BUFFSIZE");
@@ -261,6 +274,10 @@ Status Communicator::init(const UniqueIdInfo& id) {
     if (slowest > 0) tuning_.netLinkGBps = slowest / 8000.0;
   }
   tuning_.directPossible = tuning_.nnodes == 1 && !anyShmDisabled && nranks_ > 1;
+  // The hierarchical algorithm wants the same number of ranks (two or more) on every host.
+  if (options_.host && tuning_.nnodes > 1 && nranks_ % tuning_.nnodes == 0 &&
+      tuning_.localRanks == nranks_ / tuning_.nnodes && tuning_.localRanks > 1)
+    tuning_.hierRanksPerHost = tuning_.localRanks;
   if (nranks_ > 1) CHORUS_TRY(startPeerWatch(anyShmDisabled));
   // Rings and trees keep each host's ranks together.
   std::vector<uint64_t> hostOfRank(nranks_);
@@ -372,8 +389,8 @@ Status Communicator::connectRing(int n) {
     CHORUS_TRY(bootstrap_->recv(next, kTagRingSetup + c, &theirs, sizeof(theirs)));
     CHORUS_TRY(sendT->connectSend(next, c, theirs, &ch.send));
     CHORUS_TRY(recvT->finishRecv(prev, c));
-    LOG_INFO(kSubsysInit, "channel %d: %d -> %d via %s, %d -> %d via %s", c, prev, rank_,
-             ch.recvTransport, rank_, next, ch.sendTransport);
+    LOG_INFO(kSubsysInit, "channel %d%s: %d -> %d via %s, %d -> %d via %s", c, options_.logLabel,
+             prev, rank_, ch.recvTransport, rank_, next, ch.sendTransport);
   }
   // All senders attached: transports may now release names and start their proxies.
   CHORUS_TRY(bootstrap_->barrier());
@@ -606,7 +623,7 @@ Status Communicator::run(HostWork* works, size_t n) {
   } idle{activity_};
   if (device_) return runDevice(works, n);
   int channels = 1;
-  bool tree = false, direct = false, rd = false;
+  bool tree = false, direct = false, rd = false, hier = false;
   for (size_t k = 0; k < n; ++k) {
     HostWork& w = works[k];
     const size_t elt = dataTypeSize(w.args.type);
@@ -630,6 +647,7 @@ Status Communicator::run(HostWork* works, size_t n) {
     channels = std::max(channels, w.args.nchannels);
     tree = tree || (d.algo == Algorithm::kTree && w.args.count > 0);
     rd = rd || (d.algo == Algorithm::kRd && w.args.count > 0);
+    hier = hier || (d.algo == Algorithm::kHier && w.args.count > 0);
     direct = direct ||
              ((d.algo == Algorithm::kOneShot || d.algo == Algorithm::kTwoShot) && w.args.count > 0);
   }
@@ -639,6 +657,7 @@ Status Communicator::run(HostWork* works, size_t n) {
     if (s.isOk() && tree) s = connectTrees();
     if (s.isOk() && direct) s = ensureDirect();
     if (s.isOk() && rd) s = connectRd();
+    if (s.isOk() && hier) s = ensureHier();
     if (!s.isOk()) {
       s = s.withContext(formatString("rank %d: connecting for a collective", rank_));
       // Ranks that connected go on to wait for this one: the communicator fails.
@@ -653,8 +672,23 @@ Status Communicator::run(HostWork* works, size_t n) {
   resources.rd = rdConns_.empty() ? nullptr : &rdConns_;
   resources.windows = &windows_;
   callChannels_.store(channels, std::memory_order_relaxed);
-  nextLaunch();
-  Status s = hostLaunch(exec_, works, n, resources);
+  // Hierarchical works run on their own communicators, between launches of the others (in
+  // order, as in one launch).
+  auto isHier = [&](size_t k) {
+    return works[k].algo == Algorithm::kHier && works[k].args.count > 0 && nranks_ > 1;
+  };
+  Status s = Status::ok();
+  for (size_t k = 0; k < n && s.isOk();) {
+    if (isHier(k)) {
+      s = runHier(works[k++]);
+      continue;
+    }
+    size_t end = k;
+    while (end < n && !isHier(end)) ++end;
+    nextLaunch();
+    s = hostLaunch(exec_, works + k, end - k, resources);
+    k = end;
+  }
   if (!s.isOk()) {
     writeDump("failure", s.message());
     failIfOutOfStep(s);

@@ -31,6 +31,10 @@ struct CommOptions {
   int cudaDev = -1;      // the CUDA device of a device communicator
   bool blocking = true;  // ncclConfig_t.blocking
   std::string name;      // ncclConfig_t.commName
+  // A phase of the hierarchical algorithm: CHORUS_ALGO's list less "hier" (all algorithms when
+  // nothing else is named) chooses its algorithms.
+  bool hierPhase = false;
+  const char* logLabel = "";  // follows "channel N" in its INIT lines (phases say which)
 };
 
 class Communicator;
@@ -136,6 +140,7 @@ class Communicator final : public ErrorSink {
   void abort() {
     abort_.raise();
     if (device_) device_->abort();
+    abortHier();
   }
   // ncclCommRevoke: stops every wait like abort, and from then on refuses all calls but
   // destroy, split and shrink (whose exchanges wait on flags of their own).
@@ -173,6 +178,15 @@ class Communicator final : public ErrorSink {
   Status connectPairs(const std::vector<int>& recvFrom, const std::vector<int>& sendTo, int channel,
                       int tag, bool shareDirections, std::vector<P2pConnection>* conns);
   Status connectRd();
+  // The hierarchical algorithm (comm_hier.cc): its two communicators, made by every rank at
+  // the same call when the selector first picks it; a work run through them; and the abort
+  // that reaches them.
+  Status ensureHier();
+  Status runHier(const HostWork& w);
+  void abortHier();
+  // A failure of this communicator fails those two as well: their peers, waiting in a phase,
+  // learn it through their connections and local boards.
+  void failHier(const Status& failure);
   // Links to the parent and children of both trees, both directions (tree all-reduce).
   Status connectTrees();
   Status connectP2p(const std::vector<P2pOp>& ops);
@@ -246,6 +260,14 @@ class Communicator final : public ErrorSink {
   std::atomic<uint64_t> launch_{0};     // launches so far (exec_.launch: the current one)
   WaitNote notes_[kMaxChannels];        // exec_.notes: one per ring channel
   std::vector<P2pConnection> rdConns_;  // by peer: recursive-doubling partners, on first use
+  // The hierarchical algorithm's communicators: the ranks of this rank's host (by local index)
+  // and the ranks of every host with this rank's local index (by host). hierMutex_ guards the
+  // pointers against abort from other threads; hierCancel_ ends their init.
+  std::mutex hierMutex_;
+  InitCancel hierCancel_;
+  std::unique_ptr<Communicator> hierLocal_, hierCross_;
+  bool hierFailed_ = false;
+  std::vector<char> hierStage_;  // staging: reordered blocks, or a buffer padded to L blocks
   ExecContext exec_;
 
   std::vector<UserRedOp> userOps_;

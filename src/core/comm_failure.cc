@@ -124,6 +124,7 @@ void Communicator::reportAsyncError(const Status& status) {
   abort_.raise();
   // Kernels waiting for a peer that is gone stop too.
   if (device_) device_->abort();
+  failHier(asyncError());
 }
 
 // A call that failed halfway on a peer (a timeout, a closed connection) leaves the connections

@@ -111,6 +111,13 @@ void runRanks(int nranks, RankMode mode, const std::vector<std::string>& env,
     clearEnv(env);
     return;
   }
+  runRankProcesses(nranks, env, nullptr, body, timeoutSeconds);
+}
+
+void runRankProcesses(int nranks, const std::vector<std::string>& env,
+                      const std::function<std::vector<std::string>(int)>& rankEnv,
+                      const std::function<void(int, int, ncclComm_t&)>& body,
+                      double timeoutSeconds) {
   std::string commId = "127.0.0.1:" + std::to_string(freeLoopbackPort());
   std::vector<pid_t> pids;
   for (int r = 0; r < nranks; ++r) {
@@ -119,6 +126,7 @@ void runRanks(int nranks, RankMode mode, const std::vector<std::string>& env,
     ASSERT_GE(pid, 0) << "fork failed";
     if (pid == 0) {
       applyEnv(env);
+      if (rankEnv) applyEnv(rankEnv(r));
       setenv("CHORUS_COMM_ID", commId.c_str(), 1);
       ncclUniqueId id;
       if (ncclGetUniqueId(&id) != ncclSuccess) {

@@ -27,6 +27,13 @@ void runRanks(int nranks, RankMode mode, const std::vector<std::string>& env,
               const std::function<void(int rank, int nranks, ncclComm_t& comm)>& body,
               double timeoutSeconds = 240);
 
+// Processes only, like runRanks: rankEnv(rank) gives entries set in that rank's process after
+// env (for example CHORUS_HOSTID, to place ranks on simulated hosts).
+void runRankProcesses(int nranks, const std::vector<std::string>& env,
+                      const std::function<std::vector<std::string>(int rank)>& rankEnv,
+                      const std::function<void(int rank, int nranks, ncclComm_t& comm)>& body,
+                      double timeoutSeconds = 240);
+
 // A loopback port that was free a moment ago (for CHORUS_COMM_ID rendezvous in tests).
 int freeLoopbackPort();
 

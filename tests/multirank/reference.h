@@ -1,7 +1,7 @@
 // Exact reference data for reduction tests: small integer inputs whose partial sums and
 // products stay exactly representable in every type (also fp8), so every rank can compute the
 // expected result of any reduction order independently of the library; helpers that hold a
-// PreMulSum operator and count the wrong elements of a result.
+// PreMulSum operator, count the wrong elements of a result and check a reduce-scatter.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "harness.h"
 
@@ -117,6 +118,24 @@ inline size_t countWrong(const void* got, size_t count, size_t firstIndex, int n
       ADD_FAILURE() << what << ": element " << i << " is " << v << ", expected " << want;
   }
   return wrong;
+}
+
+// Reduce-scatter of reference inputs on this rank, checked against the reference.
+inline void checkReduceScatter(int rank, int n, ncclComm_t comm, ncclDataType_t type, Op op,
+                               size_t count, bool inPlace) {
+  size_t es = chorus_test::typeSize(type);
+  std::vector<unsigned char> send(count * n * es + 8), recv(count * es + 8);
+  for (size_t j = 0; j < count * n; ++j)
+    chorus_test::storeExact(send.data(), j, type, inputValue(rank, j, type, op));
+  unsigned char* out = inPlace ? send.data() + rank * count * es : recv.data();
+  ScopedOp redop(op, type, comm);
+  ASSERT_EQ(ncclReduceScatter(send.data(), out, count, type, redop.value, comm, nullptr),
+            ncclSuccess)
+      << ncclGetLastError(comm);
+  std::string what = "rank " + std::to_string(rank) + " reduce-scatter " +
+                     chorus_test::typeName(type) + " " + kOpNames[op] + " count " +
+                     std::to_string(count) + (inPlace ? " in-place" : "");
+  EXPECT_EQ(countWrong(out, count, rank * count, n, type, op, what), 0u);
 }
 
 }  // namespace ref

@@ -21,23 +21,6 @@ const ncclDataType_t kTypes[] = {ncclInt8,    ncclUint32,   ncclFloat16,   ncclF
 const Op kOps[] = {kSum, kProd, kMax, kMin, kAvg, kPreMulSum};
 const size_t kCounts[] = {0, 1, 5, 4099, 40009};
 
-void checkReduceScatter(int rank, int n, ncclComm_t comm, ncclDataType_t type, Op op, size_t count,
-                        bool inPlace) {
-  size_t es = chorus_test::typeSize(type);
-  std::vector<unsigned char> send(count * n * es + 8), recv(count * es + 8);
-  for (size_t j = 0; j < count * n; ++j)
-    chorus_test::storeExact(send.data(), j, type, inputValue(rank, j, type, op));
-  unsigned char* out = inPlace ? send.data() + rank * count * es : recv.data();
-  ScopedOp redop(op, type, comm);
-  ASSERT_EQ(ncclReduceScatter(send.data(), out, count, type, redop.value, comm, nullptr),
-            ncclSuccess)
-      << ncclGetLastError(comm);
-  std::string what = "rank " + std::to_string(rank) + " reduce-scatter " +
-                     chorus_test::typeName(type) + " " + kOpNames[op] + " count " +
-                     std::to_string(count) + (inPlace ? " in-place" : "");
-  EXPECT_EQ(countWrong(out, count, rank * count, n, type, op, what), 0u);
-}
-
 void checkReduce(int rank, int n, ncclComm_t comm, ncclDataType_t type, Op op, size_t count,
                  int root, bool inPlace) {
   size_t es = chorus_test::typeSize(type);

@@ -20,8 +20,12 @@ TEST(AlgorithmList, NamesListsAndExclusions) {
   EXPECT_EQ(m.value().bits, bit(Algorithm::kRing) | bit(Algorithm::kTree));
   m = parseAlgorithmList("^direct", "NCCL_ALGO");
   ASSERT_TRUE(m.isOk());
-  EXPECT_EQ(m.value().bits, bit(Algorithm::kRing) | bit(Algorithm::kTree) | bit(Algorithm::kRd));
+  EXPECT_EQ(m.value().bits, bit(Algorithm::kRing) | bit(Algorithm::kTree) | bit(Algorithm::kRd) |
+                                bit(Algorithm::kHier));
   EXPECT_EQ(m.value().text, "NCCL_ALGO=^direct");
+  m = parseAlgorithmList("hier", "CHORUS_ALGO");
+  ASSERT_TRUE(m.isOk());
+  EXPECT_EQ(m.value().bits, bit(Algorithm::kHier));
   m = parseAlgorithmList("", "CHORUS_ALGO");
   ASSERT_TRUE(m.isOk());
   EXPECT_FALSE(m.value().isSet);
@@ -36,7 +40,7 @@ TEST(AlgorithmList, UnknownNamesAndEmptySetsAreErrors) {
   EXPECT_NE(m.status().message().find("nvls"), std::string::npos);
   m = parseAlgorithmList("ring,", "CHORUS_ALGO");
   EXPECT_FALSE(m.isOk());
-  m = parseAlgorithmList("^ring,tree,direct,rd", "CHORUS_ALGO");
+  m = parseAlgorithmList("^ring,tree,direct,rd,hier", "CHORUS_ALGO");
   ASSERT_FALSE(m.isOk());
   EXPECT_NE(m.status().message().find("excludes every algorithm"), std::string::npos);
 }
@@ -130,6 +134,63 @@ TEST(Selector, ApplicabilityOfEachAlgorithm) {
   Decision d = selectAlgorithm(single, Collective::kAllReduce, 4096);
   EXPECT_EQ(d.algo, Algorithm::kRing);
   EXPECT_EQ(d.nalternatives, 1);
+}
+
+// Several hosts of L ranks each: the hierarchical algorithm's time is the sum of its phases,
+// each what its own communicator's selection predicts.
+TEST(Selector, HierarchicalIsPricedByItsPhases) {
+  TuningInfo info = oneHost(128, 1.0);
+  info.nnodes = 16;
+  info.localRanks = 8;
+  info.directPossible = false;
+  info.hierRanksPerHost = 8;
+  const TuningInfo local = hierLocalInfo(info), cross = hierCrossInfo(info);
+  EXPECT_EQ(local.nranks, 8);
+  EXPECT_EQ(local.nnodes, 1);
+  EXPECT_TRUE(local.directPossible);
+  EXPECT_EQ(cross.nranks, 16);
+  EXPECT_EQ(cross.nnodes, 16);
+  EXPECT_EQ(cross.localRanks, 1);
+  EXPECT_FALSE(cross.directPossible);
+  // The eight ranks of a host share its link in the cross-host phase.
+  EXPECT_DOUBLE_EQ(cross.netLinkGBps, costModel().netMaxGBps / 8);
+  info.netLinkGBps = 12.5;
+  EXPECT_DOUBLE_EQ(hierCrossInfo(info).netLinkGBps, 12.5 / 8);
+  for (size_t bytes : {size_t{8}, size_t{1} << 16, size_t{64} << 20}) {
+    const double s = static_cast<double>(bytes);
+    auto us = [](const TuningInfo& i, Collective c, double b) {
+      return selectAlgorithm(i, c, static_cast<size_t>(b)).us;
+    };
+    const TuningInfo l = hierLocalInfo(info), x = hierCrossInfo(info);
+    EXPECT_DOUBLE_EQ(predictUs(info, Collective::kAllReduce, Algorithm::kHier, 1, bytes),
+                     us(l, Collective::kReduceScatter, s) + us(x, Collective::kAllReduce, s / 8) +
+                         us(l, Collective::kAllGather, s));
+    EXPECT_DOUBLE_EQ(predictUs(info, Collective::kBroadcast, Algorithm::kHier, 1, bytes),
+                     us(x, Collective::kBroadcast, s) + us(l, Collective::kBroadcast, s));
+    EXPECT_GT(predictUs(info, Collective::kAllGather, Algorithm::kHier, 1, bytes), 0);
+    EXPECT_GT(predictUs(info, Collective::kReduceScatter, Algorithm::kHier, 1, bytes), 0);
+    EXPECT_LT(predictUs(info, Collective::kReduce, Algorithm::kHier, 1, bytes), 0);
+    expectArgmin(info, Collective::kAllReduce, bytes);
+  }
+  // Far fewer network hand-offs than any flat algorithm at 128 ranks: chosen for small calls.
+  EXPECT_EQ(selectAlgorithm(info, Collective::kAllReduce, 8).algo, Algorithm::kHier);
+  // Excluded, never chosen.
+  TuningInfo flat = info;
+  flat.allowed.bits &= ~(1u << static_cast<int>(Algorithm::kHier));
+  for (size_t bytes = 8; bytes <= (size_t{1} << 28); bytes *= 16)
+    EXPECT_NE(selectAlgorithm(flat, Collective::kAllReduce, bytes).algo, Algorithm::kHier);
+  // It does not apply to uneven hosts, one rank per host, or one host.
+  TuningInfo uneven = info;
+  uneven.hierRanksPerHost = 0;
+  EXPECT_LT(predictUs(uneven, Collective::kAllReduce, Algorithm::kHier, 1, 1 << 20), 0);
+  TuningInfo single = oneHost(8, 1.0);
+  single.hierRanksPerHost = 8;
+  EXPECT_LT(predictUs(single, Collective::kAllReduce, Algorithm::kHier, 1, 1 << 20), 0);
+  TuningInfo perHostOne = info;
+  perHostOne.nranks = 16;
+  perHostOne.localRanks = 1;
+  perHostOne.hierRanksPerHost = 1;
+  EXPECT_LT(predictUs(perHostOne, Collective::kAllReduce, Algorithm::kHier, 1, 1 << 20), 0);
 }
 
 TEST(Selector, ModelShape) {
