@@ -351,6 +351,41 @@ extern "C" ncclResult_t chorusCommMemType(const ncclComm_t comm, chorusMemType_t
   });
 }
 
+extern "C" ncclResult_t chorusCommSetCompression(ncclComm_t comm, chorusCompression_t mode) {
+  return guarded(comm, "chorusCommSetCompression", [&]() -> Status {
+    const int m = static_cast<int>(mode);
+    if (m < chorusCompressNone || m > chorusCompressFp8)
+      return invalidArgument("chorusCommSetCompression: mode %d is not a chorusCompression_t", m);
+    Result<CommRef> c = usableComm(comm, "chorusCommSetCompression");
+    if (!c.isOk()) return c.status();
+    if (!c.value()->isHost())
+      return invalidUsage(
+          "chorusCommSetCompression: compression is for host communicators (comm is a device "
+          "one)");
+    // Calls queued before this one keep the mode they were made with.
+    quiesce(comm);
+    c.value()->setCompression(m);
+    return Status::ok();
+  });
+}
+
+extern "C" ncclResult_t chorusCommCompressionStats(const ncclComm_t comm,
+                                                   unsigned long long* rawBytes,
+                                                   unsigned long long* wireBytes) {
+  return guarded(comm, "chorusCommCompressionStats", [&]() -> Status {
+    if (rawBytes == nullptr) return invalidArgument("chorusCommCompressionStats: rawBytes is NULL");
+    if (wireBytes == nullptr)
+      return invalidArgument("chorusCommCompressionStats: wireBytes is NULL");
+    Result<CommRef> c = usableComm(comm, "chorusCommCompressionStats");
+    if (!c.isOk()) return c.status();
+    uint64_t raw = 0, wire = 0;
+    c.value()->compressionStats(&raw, &wire);
+    *rawBytes = raw;
+    *wireBytes = wire;
+    return Status::ok();
+  });
+}
+
 // Registration only hints that a buffer will be reused; host communicators copy through their
 // own FIFOs, so the handle just records the range for Deregister to check.
 struct ChorusRegistration {

@@ -154,6 +154,11 @@ const std::vector<ParamDef> kParams = {
      "Algorithms the selector may use: comma list of ring, tree, oneshot, twoshot, direct "
      "(both direct ones), rd, hier; ^ in front excludes them",
      true},
+    {"COMPRESS", ParamType::kString, "none",
+     "Compressed all-reduce: float32/float64 sum and average all-reduces of host communicators "
+     "send bf16, or fp8 e4m3 with a scale per 256 values, with error feedback per send buffer "
+     "(none, bf16, fp8); lossy, the same bits on every rank",
+     false},
     {"DEVICE_CHANNELS", ParamType::kInt, "8",
      "Ring channels a device communicator connects (1..16); each collective kernel runs one "
      "block per channel",

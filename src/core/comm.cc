@@ -14,6 +14,7 @@
 #include "transport/net_plugin/net_plugin.h"
 #include "core/topo_report.h"
 #include "exec/call_tag.h"
+#include "exec/compress.h"
 #include "exec/host_rd.h"
 #include "exec/stream_copy.h"
 #include "topo/hca_filter.h"
@@ -168,6 +169,11 @@ Status Communicator::init(const UniqueIdInfo& id) {
   Result<AlgorithmMask> mask = algorithmOverride();
   if (!mask.isOk()) return mask.status().withContext(formatString("rank %d init", rank_));
   tuning_.allowed = mask.value();
+  const ParamValue compress = paramRaw("COMPRESS");
+  Result<Compression> compression = parseCompression(compress.value, compress.source);
+  if (!compression.isOk())
+    return compression.status().withContext(formatString("rank %d init", rank_));
+  if (!options_.hierPhase) compression_.store(static_cast<int>(compression.value()));
   if (options_.hierPhase) {
     tuning_.allowed.bits &= ~(1u << static_cast<int>(Algorithm::kHier));
     if (tuning_.allowed.bits == 0) tuning_.allowed = AlgorithmMask();
@@ -626,6 +632,7 @@ Status Communicator::run(HostWork* works, size_t n) {
   bool tree = false, direct = false, rd = false, hier = false;
   for (size_t k = 0; k < n; ++k) {
     HostWork& w = works[k];
+    if (compresses(w)) continue;  // its own exchange (comm_compress.cc)
     const size_t elt = dataTypeSize(w.args.type);
     size_t bytes = w.args.count * elt;
     if (w.coll == Collective::kAllGather || w.coll == Collective::kReduceScatter)
@@ -672,22 +679,23 @@ Status Communicator::run(HostWork* works, size_t n) {
   resources.rd = rdConns_.empty() ? nullptr : &rdConns_;
   resources.windows = &windows_;
   callChannels_.store(channels, std::memory_order_relaxed);
-  // Hierarchical works run on their own communicators, between launches of the others (in
-  // order, as in one launch).
-  auto isHier = [&](size_t k) {
-    return works[k].algo == Algorithm::kHier && works[k].args.count > 0 && nranks_ > 1;
+  // Hierarchical works run on their own communicators and compressed ones as exchanges of
+  // their own, between launches of the others (in order, as in one launch).
+  auto apart = [&](size_t k) {
+    return compresses(works[k]) ||
+           (works[k].algo == Algorithm::kHier && works[k].args.count > 0 && nranks_ > 1);
   };
   Status s = Status::ok();
-  for (size_t k = 0; k < n && s.isOk();) {
-    if (isHier(k)) {
-      s = runHier(works[k++]);
+  for (size_t k = 0; k < n && s.isOk(); ++k) {
+    if (apart(k)) {
+      s = compresses(works[k]) ? runCompressed(works[k]) : runHier(works[k]);
       continue;
     }
     size_t end = k;
-    while (end < n && !isHier(end)) ++end;
+    while (end < n && !apart(end)) ++end;
     nextLaunch();
     s = hostLaunch(exec_, works + k, end - k, resources);
-    k = end;
+    k = end - 1;
   }
   if (!s.isOk()) {
     writeDump("failure", s.message());
@@ -717,6 +725,21 @@ Status Communicator::connectP2p(const std::vector<P2pOp>& ops) {
   return Status::ok();
 }
 
+Status Communicator::runP2p(const std::vector<P2pOp>& ops) {
+  // Each transfer says which send between its two ranks it is (call_tag.h).
+  std::vector<P2pOp> tagged = ops;
+  if (sendCalls_.empty()) {
+    sendCalls_.assign(nranks_, 0);
+    recvCalls_.assign(nranks_, 0);
+  }
+  for (P2pOp& op : tagged)
+    if (op.peer != rank_)
+      op.tag = sendTag(++(op.isSend ? sendCalls_ : recvCalls_)[op.peer], op.bytes);
+  callChannels_.store(1, std::memory_order_relaxed);
+  nextLaunch();
+  return hostP2p(exec_, tagged, p2pConns_);
+}
+
 Status Communicator::p2p(const std::vector<P2pOp>& ops) {
   CHORUS_TRY(checkUsable());
   if (lastCallFailed_.load(std::memory_order_relaxed))
@@ -737,19 +760,8 @@ Status Communicator::p2p(const std::vector<P2pOp>& ops) {
     failIfOutOfStep(s, true);
   }
   if (s.isOk()) {
-    // Each transfer says which send between its two ranks it is (call_tag.h).
-    std::vector<P2pOp> tagged = ops;
-    if (sendCalls_.empty()) {
-      sendCalls_.assign(nranks_, 0);
-      recvCalls_.assign(nranks_, 0);
-    }
-    for (P2pOp& op : tagged)
-      if (op.peer != rank_)
-        op.tag = sendTag(++(op.isSend ? sendCalls_ : recvCalls_)[op.peer], op.bytes);
     activity_.store(kP2p, std::memory_order_relaxed);
-    callChannels_.store(1, std::memory_order_relaxed);
-    nextLaunch();
-    s = hostP2p(exec_, tagged, p2pConns_);
+    s = runP2p(ops);
     if (!s.isOk()) {
       writeDump("failure", s.message());
       failIfOutOfStep(s);

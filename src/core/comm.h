@@ -89,6 +89,15 @@ class Communicator final : public ErrorSink {
   int cudaDev() const { return options_.cudaDev; }
   bool isHost() const { return options_.host; }
 
+  // Compressed all-reduce (comm_compress.cc): the wire format of float32/float64 sum and
+  // average all-reduces (Compression values; CHORUS_COMPRESS at init), and the bytes this rank
+  // sent in them against what the same messages take uncompressed.
+  void setCompression(int mode) { compression_.store(mode); }
+  void compressionStats(uint64_t* rawBytes, uint64_t* wireBytes) const {
+    *rawBytes = compressRaw_.load();
+    *wireBytes = compressWire_.load();
+  }
+
   // Resolves an ncclRedOp_t value for a given type (built-in or made by createPreMulSum).
   // On a device communicator an operator whose scalar lives in device memory
   // (ncclScalarDevice) leaves it there: *deviceScalar gets its address (null otherwise).
@@ -187,6 +196,11 @@ class Communicator final : public ErrorSink {
   // A failure of this communicator fails those two as well: their peers, waiting in a phase,
   // learn it through their connections and local boards.
   void failHier(const Status& failure);
+  // The compressed all-reduce (comm_compress.cc): whether a work is one, and its run.
+  bool compresses(const HostWork& w) const;
+  Status runCompressed(const HostWork& w);
+  // A group's point-to-point ops on connected peers, tagged for mismatch detection.
+  Status runP2p(const std::vector<P2pOp>& ops);
   // Links to the parent and children of both trees, both directions (tree all-reduce).
   Status connectTrees();
   Status connectP2p(const std::vector<P2pOp>& ops);
@@ -268,6 +282,23 @@ class Communicator final : public ErrorSink {
   std::unique_ptr<Communicator> hierLocal_, hierCross_;
   bool hierFailed_ = false;
   std::vector<char> hierStage_;  // staging: reordered blocks, or a buffer padded to L blocks
+  // Compressed all-reduce: the mode, the byte counts, what each send buffer's encodings lost
+  // (error feedback; the least recently used of kMaxFeedback buffers is dropped), staging.
+  std::atomic<int> compression_{0};
+  std::atomic<uint64_t> compressRaw_{0}, compressWire_{0};
+  struct Feedback {
+    const void* buff = nullptr;
+    size_t count = 0;
+    DataType type = DataType::kFloat32;
+    int mode = 0;
+    std::vector<char> input;  // count elements: what encoding this rank's input lost
+    std::vector<char> block;  // this rank's block: what encoding its reduced block lost
+    uint64_t lastUse = 0;
+  };
+  std::vector<Feedback> feedback_;
+  uint64_t feedbackClock_ = 0;
+  std::vector<char> compressStage_;
+  uint64_t compressLogged_ = 0;  // power-of-two size classes whose first call was logged
   ExecContext exec_;
 
   std::vector<UserRedOp> userOps_;
