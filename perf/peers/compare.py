@@ -102,6 +102,9 @@ def parse_args(argv):
     p.add_argument("--netns", action="store_true",
                    help="two ranks in two network namespaces joined by a veth pair (TCP as "
                         "between two hosts; needs root; no memcpy reference)")
+    p.add_argument("--netns-rate", default=None,
+                   help="shape the namespaces' link with tbf to this rate (e.g. 1gbit; both "
+                        "directions; default unshaped)")
     p.add_argument("--netns-subnet", default="10.78.0",
                    help="the /24 the namespaces' addresses come from (default 10.78.0)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per benchmark run")
@@ -131,12 +134,14 @@ def parse_args(argv):
         p.error("need 1 <= --min-iters <= --max-iters")
     a.peers_build = a.peers_build or os.path.join(a.build, "peers")
     a.ns = None
+    if a.netns_rate and not a.netns:
+        p.error("--netns-rate shapes the --netns link: give --netns too")
     if a.netns:
         if a.nranks != 2:
             p.error("--netns runs one rank in each of two namespaces: -n 2")
         a.no_bound = True  # a memory-bandwidth reference says nothing about a TCP link
         try:
-            a.ns = netns.NetnsPair(a.netns_subnet)
+            a.ns = netns.NetnsPair(a.netns_subnet, a.netns_rate)
         except ValueError as e:
             p.error(str(e))
     return a

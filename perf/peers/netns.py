@@ -13,8 +13,17 @@ NSRUN = os.path.join(HERE, "nsrun.sh")
 IFNAME = "cmp0"  # the veth end's name in both namespaces
 
 
+def rate_bits(rate):
+    """Bits per second of a tc rate such as 1gbit, 500mbit or 25gbit."""
+    units = {"gbit": 1e9, "mbit": 1e6, "kbit": 1e3}
+    for unit, scale in units.items():
+        if rate.endswith(unit) and rate[: -len(unit)].replace(".", "", 1).isdigit():
+            return float(rate[: -len(unit)]) * scale
+    raise ValueError(f"--netns-rate '{rate}': expected a rate such as 1gbit or 500mbit")
+
+
 class NetnsPair:
-    def __init__(self, subnet):
+    def __init__(self, subnet, rate=None):
         parts = subnet.split(".")
         if len(parts) != 3 or not all(p.isdigit() and 0 <= int(p) <= 255 for p in parts):
             raise ValueError(f"--netns-subnet '{subnet}': expected three octets, e.g. 10.78.0")
@@ -24,6 +33,10 @@ class NetnsPair:
         self.cidr = f"{subnet}.0/24"
         self._veth = [f"cva{tag}", f"cvb{tag}"]
         self.up = False
+        # tbf on each end's egress shapes both directions; a burst of 10 ms of the rate at
+        # least, so that the kernel's timer granularity does not cap it below the rate.
+        self.rate = rate
+        self.bits = rate_bits(rate) if rate else None
 
     def _ip(self, *args):
         subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
@@ -42,6 +55,10 @@ class NetnsPair:
                 self._ip("-n", ns, "addr", "add", f"{addr}/24", "dev", IFNAME)
                 self._ip("-n", ns, "link", "set", IFNAME, "up")
                 self._ip("-n", ns, "link", "set", "lo", "up")
+                if self.rate:
+                    burst = max(256 * 1024, int(self.bits / 8 / 100))
+                    self._ip("netns", "exec", ns, "tc", "qdisc", "add", "dev", IFNAME, "root",
+                             "tbf", "rate", self.rate, "burst", str(burst), "latency", "50ms")
         except subprocess.CalledProcessError as e:
             self.teardown()
             raise RuntimeError(f"setting up namespaces: {' '.join(e.cmd)}: {e.stderr.strip()}")
@@ -54,8 +71,10 @@ class NetnsPair:
         self.up = False
 
     def describe(self):
+        link = (f", each direction shaped with tbf to {self.rate} ({self.bits / 8e9:.3g} GB/s)"
+                if self.rate else "")
         return (f"two network namespaces ({self.names[0]} {self.addrs[0]}, {self.names[1]} "
-                f"{self.addrs[1]}) joined by a veth pair, one rank in each")
+                f"{self.addrs[1]}) joined by a veth pair{link}, one rank in each")
 
     # ---- commands ---------------------------------------------------------------------------
 
