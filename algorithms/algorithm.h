@@ -48,9 +48,9 @@ struct AlgorithmMask {
 };
 
 // Parses an algorithm list: names separated by commas, any case ("ring", "tree", "oneshot",
-// "twoshot", "rd", "hier", and "direct" for both direct algorithms); a leading ^ excludes the listed names
-// instead. An unknown name or a list that excludes everything is an error naming the variable
-// and the accepted values (never silently ignored).
+// "twoshot", "rd", "hier", and "direct" for both direct algorithms); a leading ^ excludes the
+// listed names instead. An unknown name or a list that excludes everything is an error naming the
+// variable and the accepted values (never silently ignored).
 Result<AlgorithmMask> parseAlgorithmList(const std::string& value, const std::string& source);
 
 // The override from CHORUS_ALGO, else NCCL_ALGO; unset or empty allows everything.

@@ -107,7 +107,7 @@ double launchUs(const CostModel& m, int nchannels) {
 double hierUs(const TuningInfo& info, Collective coll, double s, const CostModel& m) {
   const int local = info.hierRanksPerHost;
   if (local < 2 || info.nnodes < 2 || local * info.nnodes != info.nranks) return -1;
-  const TuningInfo in = hierLocalInfo(info, m), across = hierCrossInfo(info, m);
+  const TuningInfo in = hierLocalInfo(info), across = hierCrossInfo(info, m);
   auto best = [&m](const TuningInfo& i, Collective c, double bytes) {
     return selectAlgorithm(i, c, static_cast<size_t>(bytes), m).us;
   };
@@ -129,7 +129,7 @@ double hierUs(const TuningInfo& info, Collective coll, double s, const CostModel
 
 }  // namespace
 
-TuningInfo hierLocalInfo(const TuningInfo& info, const CostModel&) {
+TuningInfo hierLocalInfo(const TuningInfo& info) {
   TuningInfo local = info;
   local.nranks = info.hierRanksPerHost;
   local.nnodes = 1;

@@ -27,8 +27,8 @@ struct TuningInfo {
   // Ranks on every host when all hosts have the same number; the hierarchical algorithm
   // applies when this is at least 2 and there are several hosts (0: uneven, or not offered).
   int hierRanksPerHost = 0;
-  AlgorithmMask allowed;   // CHORUS_ALGO
-  int minChannels = 1;     // CHORUS_MIN_CHANNELS
+  AlgorithmMask allowed;           // CHORUS_ALGO
+  int minChannels = 1;             // CHORUS_MIN_CHANNELS
   int maxChannels = kMaxChannels;  // CHORUS_MAX_CHANNELS
 };
 
@@ -56,7 +56,7 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
 
 // What the phases of the hierarchical algorithm run on: the ranks of one host, and one rank of
 // every host (each host's ranks sharing its link). Their own selections price the phases.
-TuningInfo hierLocalInfo(const TuningInfo& info, const CostModel& model = costModel());
+TuningInfo hierLocalInfo(const TuningInfo& info);
 TuningInfo hierCrossInfo(const TuningInfo& info, const CostModel& model = costModel());
 
 // The fastest allowed algorithm and channel count. When the user's list allows nothing that

@@ -325,10 +325,12 @@ int main(int argc, char** argv) {
     if (compressed) {
       const double exact = ref.lossAndGradSum(data.x, data.t, all.data(), all.size()) / o.samples;
       const double rel = std::fabs(after - exact) / exact;
-      std::printf("final loss %.6f against %.6f uncompressed: relative difference %.2e (at most %g)\n",
-                  after, exact, rel, kCompressedLossTolerance);
+      std::printf(
+          "final loss %.6f against %.6f uncompressed: relative difference %.2e (at most %g)\n",
+          after, exact, rel, kCompressedLossTolerance);
       if (!(rel <= kCompressedLossTolerance)) {
-        std::fprintf(stderr, "FAILED: the compressed run's final loss is too far from the exact run's\n");
+        std::fprintf(stderr,
+                     "FAILED: the compressed run's final loss is too far from the exact run's\n");
         ++failures;
       }
     }

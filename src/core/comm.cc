@@ -173,10 +173,11 @@ Status Communicator::init(const UniqueIdInfo& id) {
   Result<Compression> compression = parseCompression(compress.value, compress.source);
   if (!compression.isOk())
     return compression.status().withContext(formatString("rank %d init", rank_));
-  if (!options_.hierPhase) compression_.store(static_cast<int>(compression.value()));
   if (options_.hierPhase) {
     tuning_.allowed.bits &= ~(1u << static_cast<int>(Algorithm::kHier));
     if (tuning_.allowed.bits == 0) tuning_.allowed = AlgorithmMask();
+  } else {
+    compression_.store(static_cast<int>(compression.value()));
   }
   Status bounds = channelBounds(&tuning_.minChannels, &tuning_.maxChannels);
   if (!bounds.isOk()) return bounds.withContext(formatString("rank %d init", rank_));

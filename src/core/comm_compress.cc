@@ -54,10 +54,9 @@ Status Communicator::runCompressed(const HostWork& w) {
       feedback_.emplace_back();
       fb = &feedback_.back();
     } else {
-      fb = &*std::min_element(feedback_.begin(), feedback_.end(),
-                              [](const Feedback& a, const Feedback& b) {
-                                return a.lastUse < b.lastUse;
-                              });
+      fb = &*std::min_element(
+          feedback_.begin(), feedback_.end(),
+          [](const Feedback& a, const Feedback& b) { return a.lastUse < b.lastUse; });
     }
     fb->buff = args.sendbuff;
     fb->count = args.count;
@@ -70,16 +69,15 @@ Status Communicator::runCompressed(const HostWork& w) {
 
   // Staging: the encoded blocks this rank sends, those it receives for its block, its reduced
   // block, and the owners' encoded blocks.
-  std::vector<size_t> at(n + 1, 0), inAt(n + 1, 0);
-  for (int r = 0; r < n; ++r) {
-    at[r + 1] = at[r] + compressedBytes(mode, length(r));
-    inAt[r + 1] = inAt[r] + compressedBytes(mode, mine);
-  }
+  // at[r]: where block r starts in sendEnc and owners; every received block is this rank's.
+  std::vector<size_t> at(n + 1, 0);
+  for (int r = 0; r < n; ++r) at[r + 1] = at[r] + compressedBytes(mode, length(r));
+  const size_t mineEnc = compressedBytes(mode, mine);
   const size_t sumBytes = mine * elt;
-  compressStage_.resize(at[n] + inAt[n] + sumBytes + at[n]);
+  compressStage_.resize(at[n] + n * mineEnc + sumBytes + at[n]);
   char* sendEnc = compressStage_.data();
   char* recvEnc = sendEnc + at[n];
-  char* sum = recvEnc + inAt[n];
+  char* sum = recvEnc + n * mineEnc;
   char* owners = sum + sumBytes;
 
   const char* in = static_cast<const char*>(args.sendbuff);
@@ -108,7 +106,7 @@ Status Communicator::runCompressed(const HostWork& w) {
   for (int r = 0; r < n; ++r) {
     if (r == rank_) continue;
     add(true, r, sendEnc + at[r], at[r + 1] - at[r]);
-    add(false, r, recvEnc + inAt[r], inAt[r + 1] - inAt[r]);
+    add(false, r, recvEnc + r * mineEnc, mineEnc);
   }
   CHORUS_TRY(exchange(ops).withContext(
       formatString("rank %d: compressed ncclAllReduce (%s), sending the blocks to their owners",
@@ -116,13 +114,18 @@ Status Communicator::runCompressed(const HostWork& w) {
   // The owner's sum, in rank order, in the values' own type.
   memset(sum, 0, sumBytes);
   for (int r = 0; r < n; ++r)
-    decompressValues(mode, args.type, r == rank_ ? sendEnc + at[rank_] : recvEnc + inAt[r], mine,
-                     sum, true);
+    decompressValues(mode, args.type, r == rank_ ? sendEnc + at[rank_] : recvEnc + r * mineEnc,
+                     mine, sum, true);
   if (args.op.kind == RedKind::kAvg) {
-    if (args.type == DataType::kFloat64)
-      for (size_t i = 0; i < mine; ++i) reinterpret_cast<double*>(sum)[i] /= n;
-    else
-      for (size_t i = 0; i < mine; ++i) reinterpret_cast<float*>(sum)[i] /= static_cast<float>(n);
+    // The reduction kernels' own division by the communicator's size.
+    ReduceCopyArgs a;
+    a.local = sum;
+    a.dst0 = sum;
+    a.count = mine;
+    a.type = args.type;
+    a.op = &args.op;
+    a.finalize = true;
+    reduceCopy(a);
   }
   compressValues(mode, args.type, sum, fb->block.data(), mine, owners + at[rank_]);
   // Every rank gets every owner's block.

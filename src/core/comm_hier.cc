@@ -78,27 +78,26 @@ Status Communicator::ensureHier() {
   if (!within.isOk()) return within.status().withContext(what);
   Result<SplitPlan> across = planSplit(local, host);
   if (!across.isOk()) return across.status().withContext(what);
-  CommOptions o = options_;
-  o.blocking = true;
-  o.hierPhase = true;
-  o.name = options_.name + (options_.name.empty() ? "" : ".") + "host";
-  o.logLabel = " (hierarchical phases within the host; ranks of that communicator)";
-  Result<std::unique_ptr<Communicator>> a = Communicator::create(
-      within.value().id, within.value().newSize, within.value().newRank, o, &hierCancel_);
-  if (!a.isOk()) return a.status().withContext(what);
-  {
+  // One phase communicator from its plan, into *slot (under the lock abort takes).
+  auto make = [&](const SplitPlan& plan, const char* suffix, const char* label,
+                  std::unique_ptr<Communicator>* slot) -> Status {
+    CommOptions o = options_;
+    o.blocking = true;
+    o.hierPhase = true;
+    o.name = options_.name + (options_.name.empty() ? "" : ".") + suffix;
+    o.logLabel = label;
+    Result<std::unique_ptr<Communicator>> c =
+        Communicator::create(plan.id, plan.newSize, plan.newRank, o, &hierCancel_);
+    if (!c.isOk()) return c.status().withContext(what);
     std::lock_guard<std::mutex> lock(hierMutex_);
-    hierLocal_ = a.take();
-  }
-  o.name = options_.name + (options_.name.empty() ? "" : ".") + "cross";
-  o.logLabel = " (hierarchical phases across hosts; ranks of that communicator)";
-  Result<std::unique_ptr<Communicator>> b = Communicator::create(
-      across.value().id, across.value().newSize, across.value().newRank, o, &hierCancel_);
-  if (!b.isOk()) return b.status().withContext(what);
-  {
-    std::lock_guard<std::mutex> lock(hierMutex_);
-    hierCross_ = b.take();
-  }
+    *slot = c.take();
+    return Status::ok();
+  };
+  CHORUS_TRY(make(within.value(), "host",
+                  " (hierarchical phases within the host; ranks of that communicator)",
+                  &hierLocal_));
+  CHORUS_TRY(make(across.value(), "cross",
+                  " (hierarchical phases across hosts; ranks of that communicator)", &hierCross_));
   hierFailed_ = false;
   LOG_INFO(kSubsysInit, "rank %d: hierarchical algorithm ready: host %d of %d, local rank %d of %d",
            rank_, host, tuning_.nnodes, local, hierLocal_->nranks());
@@ -130,8 +129,8 @@ Status Communicator::runHier(const HostWork& w) {
     for (int k = 0; k < comm->nranks(); ++k)
       members += formatString("%sits rank %d is rank %d", k == 0 ? "" : ", ", k,
                               within ? hosts_[host][k] : hosts_[k][local]);
-    return s.withContext(formatString("rank %d: hierarchical %s, %s phase (%s)", rank_,
-                                      collName, where, members.c_str()));
+    return s.withContext(formatString("rank %d: hierarchical %s, %s phase (%s)", rank_, collName,
+                                      where, members.c_str()));
   };
   auto stage = [&](size_t bytes) -> char* {
     if (hierStage_.size() < bytes) hierStage_.resize(bytes);
@@ -164,10 +163,10 @@ Status Communicator::runHier(const HostWork& w) {
     case Collective::kAllGather: {
       const size_t bytes = args.count * elt;
       char* buf = stage(bytes * (nhosts + static_cast<size_t>(nhosts) * nlocal));
-      char* byHost = buf;                  // nhosts blocks: local index `local` of every host
+      char* byHost = buf;                    // nhosts blocks: local index `local` of every host
       char* byLocal = buf + bytes * nhosts;  // nlocal x nhosts blocks
-      CHORUS_TRY(phase(hierCross_.get(), Collective::kAllGather, args.sendbuff, byHost,
-                       args.count, RedOp(), 0, "cross-host all-gather"));
+      CHORUS_TRY(phase(hierCross_.get(), Collective::kAllGather, args.sendbuff, byHost, args.count,
+                       RedOp(), 0, "cross-host all-gather"));
       CHORUS_TRY(phase(hierLocal_.get(), Collective::kAllGather, byHost, byLocal,
                        args.count * nhosts, RedOp(), 0, "within-host all-gather"));
       char* out = static_cast<char*>(args.recvbuff);

@@ -80,7 +80,8 @@ void encode(Compression c, const T* src, T* residual, size_t count, void* dst) {
         residual[j] = x - static_cast<T>(decodeE4m3Bits(q) * scale);
       }
     } else {
-      for (size_t j = base; j < base + m; ++j) codes[j] = encodeE4m3(static_cast<float>(src[j]) * inv);
+      for (size_t j = base; j < base + m; ++j)
+        codes[j] = encodeE4m3(static_cast<float>(src[j]) * inv);
     }
   }
 }

@@ -83,7 +83,8 @@ void everything(int rank, int n, ncclComm_t comm, chorusCompression_t mode) {
   ASSERT_EQ(ncclAllReduce(big.data(), big.data(), big.size(), ncclFloat32, ncclSum, comm, nullptr),
             ncclSuccess);
   ASSERT_EQ(chorusCommCompressionStats(comm, &raw, &wire), ncclSuccess);
-  const double sentRaw = static_cast<double>(raw - raw0), sentWire = static_cast<double>(wire - wire0);
+  const double sentRaw = static_cast<double>(raw - raw0),
+               sentWire = static_cast<double>(wire - wire0);
   // 2 (n-1)/n of the buffer leaves each rank (blocks differ by an element at most).
   EXPECT_NEAR(sentRaw, 2.0 * (n - 1) / n * big.size() * 4, 8.0 * n);
   if (mode == chorusCompressBf16)
@@ -130,10 +131,9 @@ class Compressed : public ::testing::TestWithParam<std::tuple<int, RankMode, int
 TEST_P(Compressed, AllReduce) {
   const int n = std::get<0>(GetParam());
   const auto mode = static_cast<chorusCompression_t>(std::get<2>(GetParam()));
-  chorus_test::runRanks(n, std::get<1>(GetParam()), {},
-                        [mode](int rank, int nranks, ncclComm_t& comm) {
-                          everything(rank, nranks, comm, mode);
-                        });
+  chorus_test::runRanks(
+      n, std::get<1>(GetParam()), {},
+      [mode](int rank, int nranks, ncclComm_t& comm) { everything(rank, nranks, comm, mode); });
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -145,25 +145,22 @@ INSTANTIATE_TEST_SUITE_P(
 
 // CHORUS_COMPRESS sets the default; bad values fail init and bad modes are refused.
 TEST(CompressedSettings, EnvironmentAndErrors) {
-  chorus_test::runRanks(2, RankMode::kThreads, {"CHORUS_COMPRESS=bf16"},
-                        [](int rank, int n, ncclComm_t& comm) {
-                          std::vector<float> v(1000, 1.0f / 3);
-                          ASSERT_EQ(ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat32,
-                                                  ncclSum, comm, nullptr),
-                                    ncclSuccess);
-                          unsigned long long raw = 0, wire = 0;
-                          ASSERT_EQ(chorusCommCompressionStats(comm, &raw, &wire), ncclSuccess);
-                          EXPECT_EQ(wire * 2, raw);
-                          EXPECT_GT(wire, 0u);
-                          EXPECT_EQ(chorusCommSetCompression(comm, static_cast<chorusCompression_t>(9)),
-                                    ncclInvalidArgument);
-                          EXPECT_NE(std::string(ncclGetLastError(comm)).find("mode 9"),
-                                    std::string::npos);
-                          EXPECT_EQ(chorusCommCompressionStats(comm, nullptr, &wire),
-                                    ncclInvalidArgument);
-                          (void)rank;
-                          (void)n;
-                        });
+  chorus_test::runRanks(
+      2, RankMode::kThreads, {"CHORUS_COMPRESS=bf16"}, [](int rank, int n, ncclComm_t& comm) {
+        std::vector<float> v(1000, 1.0f / 3);
+        ASSERT_EQ(ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat32, ncclSum, comm, nullptr),
+                  ncclSuccess);
+        unsigned long long raw = 0, wire = 0;
+        ASSERT_EQ(chorusCommCompressionStats(comm, &raw, &wire), ncclSuccess);
+        EXPECT_EQ(wire * 2, raw);
+        EXPECT_GT(wire, 0u);
+        EXPECT_EQ(chorusCommSetCompression(comm, static_cast<chorusCompression_t>(9)),
+                  ncclInvalidArgument);
+        EXPECT_NE(std::string(ncclGetLastError(comm)).find("mode 9"), std::string::npos);
+        EXPECT_EQ(chorusCommCompressionStats(comm, nullptr, &wire), ncclInvalidArgument);
+        (void)rank;
+        (void)n;
+      });
   setenv("CHORUS_COMPRESS", "int4", 1);
   ncclUniqueId id;
   ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);

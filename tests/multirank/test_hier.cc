@@ -25,8 +25,8 @@ using namespace chorus_test::ref;  // NOLINT: Op and the reference values
 
 namespace {
 
-const ncclDataType_t kTypes[] = {ncclInt8, ncclUint32, ncclFloat16, ncclFloat32, ncclBfloat16,
-                                 ncclFloat8e4m3};
+const ncclDataType_t kTypes[] = {ncclInt8,    ncclUint32,   ncclFloat16,
+                                 ncclFloat32, ncclBfloat16, ncclFloat8e4m3};
 const Op kOps[] = {kSum, kProd, kMax, kMin, kAvg, kPreMulSum};
 const size_t kCounts[] = {0, 1, 5, 4099, 40009};
 
@@ -55,7 +55,8 @@ void checkAllReduce(int rank, int n, ncclComm_t comm, ncclDataType_t type, Op op
   hashes[rank] = hashBytes(out, count * es);
   ASSERT_EQ(ncclAllGather(&hashes[rank], hashes.data(), 1, ncclUint64, comm, nullptr), ncclSuccess)
       << ncclGetLastError(comm);
-  for (int r = 0; r < n; ++r) EXPECT_EQ(hashes[r], hashes[0]) << what << ": rank " << r << " differs";
+  for (int r = 0; r < n; ++r)
+    EXPECT_EQ(hashes[r], hashes[0]) << what << ": rank " << r << " differs";
 }
 
 void checkAllGather(int rank, int n, ncclComm_t comm, size_t bytes, bool inPlace) {
@@ -128,24 +129,29 @@ void runEverything(int nranks, const std::function<int(int)>& hostOf,
 const std::vector<std::string> kForced = {"CHORUS_ALGO=hier"};
 
 TEST(Hierarchical, ThreeHostsOfTwo) {
-  runEverything(6, [](int r) { return r / 2; }, kForced);
+  runEverything(
+      6, [](int r) { return r / 2; }, kForced);
 }
 
 TEST(Hierarchical, TwoHostsOfThree) {
-  runEverything(6, [](int r) { return r / 3; }, kForced);
+  runEverything(
+      6, [](int r) { return r / 3; }, kForced);
 }
 
 TEST(Hierarchical, InterleavedHosts) {
-  runEverything(4, [](int r) { return r % 2; }, kForced);
+  runEverything(
+      4, [](int r) { return r % 2; }, kForced);
 }
 
 // The algorithm does not apply: the selector's choice among the others must be used.
 TEST(Hierarchical, UnevenHostsFallBack) {
-  runEverything(4, [](int r) { return r < 3 ? 0 : 1; }, kForced);
+  runEverything(
+      4, [](int r) { return r < 3 ? 0 : 1; }, kForced);
 }
 
 TEST(Hierarchical, OneRankPerHostFallsBack) {
-  runEverything(4, [](int r) { return r; }, kForced);
+  runEverything(
+      4, [](int r) { return r; }, kForced);
 }
 
 // Left to the cost model, 2 hosts x 2 ranks pick it for a large all-reduce (rank 0 logs the
@@ -155,8 +161,7 @@ TEST(Hierarchical, ChosenByTheSelector) {
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string log = std::string(dir) + "/log";
   chorus_test::runRankProcesses(
-      4,
-      {"CHORUS_DEBUG=INFO", "CHORUS_DEBUG_SUBSYS=TUNING", "CHORUS_DEBUG_FILE=" + log + ".%p"},
+      4, {"CHORUS_DEBUG=INFO", "CHORUS_DEBUG_SUBSYS=TUNING", "CHORUS_DEBUG_FILE=" + log + ".%p"},
       [](int r) { return std::vector<std::string>{"CHORUS_HOSTID=h" + std::to_string(r / 2)}; },
       [](int rank, int n, ncclComm_t& comm) {
         checkAllReduce(rank, n, comm, ncclFloat32, kSum, size_t{1} << 20, false);

@@ -94,8 +94,7 @@ TEST(Compress, Fp8ScalesEachChunk) {
       const double scale = amax / 448;
       for (size_t i = k * kFp8ChunkElems; i < end; ++i)
         EXPECT_LE(std::fabs(back[i] - d[i]),
-                  std::fmax(std::ldexp(std::fabs(d[i]), -4), scale * std::ldexp(1.0, -10)) *
-                      1.0001)
+                  std::fmax(std::ldexp(std::fabs(d[i]), -4), scale * std::ldexp(1.0, -10)) * 1.0001)
             << "element " << i << " " << d[i];
     }
   }
@@ -113,8 +112,8 @@ TEST(Compress, SpecialValues) {
     EXPECT_TRUE(std::isnan(back[1])) << compressionName(c);
     EXPECT_EQ(back[3], 0.0f);
   }
-  EXPECT_TRUE(std::isinf(roundTrip(Compression::kBf16, DataType::kFloat32,
-                                   std::vector<float>{inf})[0]));
+  EXPECT_TRUE(
+      std::isinf(roundTrip(Compression::kBf16, DataType::kFloat32, std::vector<float>{inf})[0]));
   // No infinity in e4m3: the chunk's scale stays 1 and the value saturates.
   EXPECT_EQ(roundTrip(Compression::kFp8, DataType::kFloat32, std::vector<float>{inf})[0], 448.0f);
   std::vector<float> zeros(300, 0.0f);
