@@ -48,6 +48,7 @@ Fit fitCostModel(const std::vector<Measurement>& measurements, const CostModel& 
     for (int pass = 0; pass < 200; ++pass) {
       bool moved = false;
       for (const CostField& f : costFields()) {
+        if (f.probed) continue;  // measured, not fitted
         for (double factor : {step, 1 / step}) {
           CostModel trial = fit.model;
           trial.*(f.member) *= factor;

@@ -31,7 +31,8 @@ struct Fit {
 
 // The figures, starting from start, that minimise the sum of |log(predicted / measured)| (robust
 // to a few outliers), with a weak pull towards start so that figures no measurement depends on
-// keep their value. Every figure stays within a factor 100 of start's.
+// keep their value. Every figure stays within a factor 100 of start's; the probed ones
+// (CostField::probed: measured directly, not through the algorithms) keep start's value.
 Fit fitCostModel(const std::vector<Measurement>& measurements, const CostModel& start);
 
 // |predicted / measured - 1| of one measurement under model (negative: the model has no

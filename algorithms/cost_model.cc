@@ -24,6 +24,9 @@ const std::vector<CostField>& costFields() {
       {"net_max_gbps", &CostModel::netMaxGBps, "all network channels of a rank (GB/s)"},
       {"direct_sync_us", &CostModel::directSyncUs, "a flag published and every peer's seen (us)"},
       {"mem_gbps", &CostModel::memGBps, "one core streaming reads plus writes (GB/s)"},
+      {"cache_mib", &CostModel::cacheMiB,
+       "buffers of a host's ranks that still fit in the caches (MiB)"},
+      {"dram_gbps", &CostModel::dramGBps, "one core streaming from beyond the caches (GB/s)", true},
       {"wake_us", &CostModel::wakeUs, "waking a peer that is not running (us)"},
       {"channel_launch_us", &CostModel::channelLaunchUs, "starting one more channel thread (us)"},
   };

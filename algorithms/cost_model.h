@@ -28,6 +28,11 @@ struct CostModel {
   // Direct algorithms: ranks read each other's staged inputs from a shared region.
   double directSyncUs = 0.5;  // publishing a flag and seeing every peer's
   double memGBps = 18.0;      // one core streaming bytes read plus bytes written
+  // Beyond the caches: of a call whose buffers on a host (every local rank's input and output)
+  // exceed cacheMiB, the share that does not fit streams at dramGBps per core at most (reads
+  // plus writes; a ring's fused reduce-copy moves about 3 bytes per byte of payload).
+  double cacheMiB = 32.0;
+  double dramGBps = 40.0;
   // Scheduling: a hand-off whose peer is not running (more ranks than cores) waits for the peer
   // to get the core, which the waiting rank yields to it after a short spin.
   double wakeUs = 3.0;
@@ -40,6 +45,7 @@ struct CostField {
   const char* name;
   double CostModel::*member;
   const char* doc;
+  bool probed = false;  // measured directly by the calibration's probe, not fitted
 };
 const std::vector<CostField>& costFields();
 

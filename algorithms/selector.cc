@@ -34,6 +34,23 @@ double cpuShare(const TuningInfo& info) {
   return info.coresPerRank < 1.0 ? info.coresPerRank : 1.0;
 }
 
+// Bytes of memory traffic per byte a ring or tree moves: its fused step reads the local input
+// and the peer's data and writes the result.
+constexpr double kRingTraffic = 3.0;
+
+// Moving `bytes` at gbps, for a call of nccl-tests size s, where each byte moved is `traffic`
+// bytes read or written: while the buffers of the host's ranks (an input and an output of about
+// s each) fit in the caches, at gbps; the share that does not fit goes no faster than a core
+// streams from memory.
+double streamUs(const TuningInfo& info, double bytes, double gbps, double s, const CostModel& m,
+                double traffic = 1.0) {
+  const double buffers = 2.0 * std::max(1, info.localRanks) * s;
+  const double cache = m.cacheMiB * 1024 * 1024;
+  const double hit = buffers <= cache ? 1.0 : cache / buffers;
+  const double beyond = std::fmin(gbps, m.dramGBps * cpuShare(info) / traffic);
+  return hit * transferUs(bytes, gbps) + (1 - hit) * transferUs(bytes, beyond);
+}
+
 bool usesNetwork(const TuningInfo& info) {
   return info.nnodes > 1 || !info.shm;
 }
@@ -111,7 +128,7 @@ double hierUs(const TuningInfo& info, Collective coll, double s, const CostModel
   auto best = [&m](const TuningInfo& i, Collective c, double bytes) {
     return selectAlgorithm(i, c, static_cast<size_t>(bytes), m).us;
   };
-  const double reorder = transferUs(2 * s, m.memGBps * cpuShare(info));
+  const double reorder = streamUs(info, 2 * s, m.memGBps * cpuShare(info), s, m);
   switch (coll) {
     case Collective::kAllReduce:
       return best(in, Collective::kReduceScatter, s) + best(across, coll, s / local) +
@@ -155,7 +172,7 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
                  size_t bytes, const CostModel& m) {
   const int n = info.nranks;
   const double s = static_cast<double>(bytes);
-  if (n <= 1) return algo == Algorithm::kRing ? transferUs(2 * s, m.memGBps) : -1;
+  if (n <= 1) return algo == Algorithm::kRing ? streamUs(info, 2 * s, m.memGBps, s, m) : -1;
   const bool channelled = algo == Algorithm::kRing;
   if (!channelled && nchannels != 1) return -1;
   const double step = stepUs(info, m);
@@ -166,13 +183,15 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
       double launch = launchUs(m, nchannels);
       switch (coll) {
         case Collective::kAllReduce:
-          return 2 * (n - 1) * hop + transferUs(2.0 * (n - 1) / n * s, bw) + launch;
+          return 2 * (n - 1) * hop + streamUs(info, 2.0 * (n - 1) / n * s, bw, s, m, kRingTraffic) +
+                 launch;
         case Collective::kAllGather:
         case Collective::kReduceScatter:
-          return (n - 1) * hop + transferUs(1.0 * (n - 1) / n * s, bw) + launch;
+          return (n - 1) * hop + streamUs(info, 1.0 * (n - 1) / n * s, bw, s, m, kRingTraffic) +
+                 launch;
         case Collective::kBroadcast:
         case Collective::kReduce:
-          return (n - 1) * hop + transferUs(s, bw) + launch;
+          return (n - 1) * hop + streamUs(info, s, bw, s, m, kRingTraffic) + launch;
         default:
           return -1;
       }
@@ -182,7 +201,8 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
       // Up and down both trees, whose steps interleave on one thread; the busiest rank moves
       // about twice the buffer.
       double bw = ringGBps(info, m, 1);
-      return 4 * treeDepthUs(info, m) + transferUs((n > 2 ? 2.0 : 1.0) * s, bw);
+      return 4 * treeDepthUs(info, m) +
+             streamUs(info, (n > 2 ? 2.0 : 1.0) * s, bw, s, m, kRingTraffic);
     }
     case Algorithm::kRd: {
       // For paths through the network. Within a host the direct algorithms serve small calls,
@@ -195,7 +215,8 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
       const int pw = rdPowerOfTwo(n);
       const int steps = ceilLog2(pw) + (n > pw ? 2 : 0);
       const double mem = m.memGBps * cpuShare(info);
-      return steps * (step + transferUs(s, ringGBps(info, m, 1)) + transferUs(s, mem));
+      return steps * (step + streamUs(info, s, ringGBps(info, m, 1), s, m, kRingTraffic) +
+                      streamUs(info, s, mem, s, m));
     }
     case Algorithm::kOneShot:
     case Algorithm::kTwoShot: {
@@ -205,9 +226,9 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
       double sync = m.directSyncUs + oversubscribedUs(info, m) * (n - 1);
       const double mem = m.memGBps * cpuShare(info);
       if (algo == Algorithm::kOneShot)  // stage (read + write), read n inputs, write the output
-        return chunks * sync + transferUs((3.0 + n) * s, mem);
+        return chunks * sync + streamUs(info, (3.0 + n) * s, mem, s, m);
       // Stage, reduce one share of every input, then gather every share.
-      return chunks * 2 * sync + transferUs((5.0 + 1.0 / n) * s, mem);
+      return chunks * 2 * sync + streamUs(info, (5.0 + 1.0 / n) * s, mem, s, m);
     }
     case Algorithm::kHier:
       return hierUs(info, coll, s, m);

@@ -120,6 +120,8 @@ std::string cell(const chorus::Decision& d, Algorithm a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "--calibrate-rank")
+    return runCalibrationRank(argc - 2, argv + 2);
   int nranks = 2, nodes = 1, cores = machineCores();
   size_t minBytes = 8, maxBytes = 128u << 20;
   double factor = 2;

@@ -1,25 +1,35 @@
-// chorus-tune --calibrate: measures all-reduce on this machine with each algorithm forced (two
-// ranks as threads of this process, each bound to half of its CPUs as chorusrun binds ranks:
+// chorus-tune --calibrate: probes one core's memory throughput by working set (the cache edge
+// and the memory's speed), measures all-reduce on this machine with each algorithm forced (two
+// ranks as two processes, each bound to half of the CPUs as chorusrun binds ranks:
 // shared memory, then TCP over loopback; three rounds, the median kept), fits the cost model's
-// figures to the times (algorithms/calibrate.h) and writes them as a tuning file for
+// other figures to the times (algorithms/calibrate.h) and writes them as a tuning file for
 // CHORUS_TUNING_FILE.
 #include "tools/chorus_tune_calibrate.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "algorithms/calibrate.h"
+#include "exec/reduce.h"
 #include "chorus.h"
 #include "common/param.h"
 
@@ -32,15 +42,30 @@ struct Config {
   const char* algo;  // CHORUS_ALGO
   int channels;
   bool net;  // shared memory disabled: TCP between the two ranks
+  bool big;  // also measured at 32 MiB, where the buffers of both ranks leave most caches
 };
 
+// The CPU's name and, where /proc/cpuinfo gives them, its family and model: virtual machines
+// often report a bare vendor name ("AMD EPYC") for CPUs of different generations.
 std::string cpuModel() {
   std::ifstream in("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
-  utsname u;
-  return uname(&u) == 0 ? u.machine : "unknown CPU";
+  std::string line, name, family, model;
+  auto value = [&line] { return line.substr(line.find(':') + 2); };
+  while (std::getline(in, line) && !line.empty()) {
+    if (line.rfind("model name", 0) == 0)
+      name = value();
+    else if (line.rfind("cpu family", 0) == 0)
+      family = value();
+    else if (line.rfind("model", 0) == 0 && line.find(':') != std::string::npos &&
+             line.find_first_not_of(" \t", 5) == line.find(':'))
+      model = value();
+  }
+  if (name.empty()) {
+    utsname u;
+    name = uname(&u) == 0 ? u.machine : "unknown CPU";
+  }
+  if (!family.empty() && !model.empty()) name += " (family " + family + ", model " + model + ")";
+  return name;
 }
 
 int cores() {
@@ -67,14 +92,161 @@ void bindToBlock(int rank, int nranks) {
   pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
 }
 
+// Page-aligned floats, as the perf tools and most frameworks' allocators give them: with the
+// 16-byte alignment of an ordinary vector the reduction's vector loads straddle cache lines
+// (the 2-rank ring took 1.6 times as long at 1 MiB on a Zen 4 VM). Null when out of memory.
+using Floats = std::unique_ptr<float, decltype(&std::free)>;
+Floats alignedFloats(size_t n, float value) {
+  const size_t bytes = (n * sizeof(float) + 4095) / 4096 * 4096;
+  Floats p(static_cast<float*>(std::aligned_alloc(4096, bytes)), &std::free);
+  if (p) std::fill(p.get(), p.get() + bytes / sizeof(float), value);
+  return p;
+}
+
+// The memory probe: one core (bound as rank 0 is) reducing two float arrays into a third with
+// Chorus's own reduction kernel, for working sets (the three arrays) from 256 KiB to 512 MiB
+// (64 MiB with --quick).
+// Throughput counts bytes read plus written. The largest working sets give dram_gbps; the cache
+// edge is where the throughput falls through 1.5 times that (the whole range when it never
+// does: no cache edge within it).
+struct MemoryProbe {
+  std::vector<std::pair<size_t, double>> gbps;  // working set (bytes), GB/s
+  double cacheMiB = 0;
+  double dramGBps = 0;
+};
+
+MemoryProbe probeMemory(bool quick) {
+  MemoryProbe probe;
+  const size_t largest = (quick ? size_t{64} : size_t{512}) << 20;
+  const Floats a = alignedFloats(largest / 12, 1.0f), b = alignedFloats(largest / 12, 2.0f),
+               c = alignedFloats(largest / 12, 0.0f);
+  if (!a || !b || !c) return probe;
+  chorus::RedOp op;
+  for (size_t ws = size_t{256} << 10; ws <= largest; ws *= 2) {
+    chorus::ReduceCopyArgs args;
+    args.local = a.get();
+    args.peer = b.get();
+    args.dst0 = c.get();
+    args.count = ws / 12;
+    args.type = chorus::DataType::kFloat32;
+    args.op = &op;
+    chorus::reduceCopy(args);  // touch and warm
+    double best = 0;
+    for (int batch = 0; batch < 3; ++batch) {
+      int passes = 0;
+      const Clock::time_point t0 = Clock::now();
+      double elapsed = 0;
+      do {
+        chorus::reduceCopy(args);
+        ++passes;
+        elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+      } while (elapsed < 2e-3);
+      best = std::max(best, 12.0 * args.count * passes / elapsed / 1e9);
+    }
+    probe.gbps.emplace_back(ws, best);
+  }
+  // The memory's speed: the median of the three largest working sets (one of them may catch a
+  // neighbour's burst).
+  std::vector<double> last;
+  for (size_t i = probe.gbps.size() - 3; i < probe.gbps.size(); ++i)
+    last.push_back(probe.gbps[i].second);
+  std::sort(last.begin(), last.end());
+  probe.dramGBps = last[1];
+  // Where the throughput last falls through 1.5 times the memory's, interpolated between the
+  // two working sets around it (log of the size, linear in the throughput): a threshold met
+  // at a measured point would flip between neighbouring sizes from run to run.
+  const double edge = 1.5 * probe.dramGBps;
+  probe.cacheMiB = static_cast<double>(probe.gbps.back().first) / (1 << 20);
+  for (size_t i = 0; i + 1 < probe.gbps.size(); ++i) {
+    const auto [ws0, g0] = probe.gbps[i];
+    const auto [ws1, g1] = probe.gbps[i + 1];
+    if (g0 >= edge && g1 < edge) {
+      const double t = (g0 - edge) / (g0 - g1);
+      probe.cacheMiB = std::exp(std::log(static_cast<double>(ws0)) +
+                                t * std::log(static_cast<double>(ws1) / ws0)) /
+                       (1 << 20);
+    }
+  }
+  return probe;
+}
+
 // Calls of bytes per timed batch: enough that a batch takes a few milliseconds.
 int itersFor(size_t bytes, bool quick) {
   const int n = bytes <= 65536 ? 200 : bytes <= (1u << 20) ? 40 : 8;
   return quick ? std::max(4, n / 4) : n;
 }
 
-// Runs config on two threads; fills us[i] with the median time per call of sizes[i], measured
-// on rank 0. False (with the reason printed) when a call failed.
+// One rank of a measurement: all-reduce of each size in batches (the first warms up); on rank
+// 0 fills us[i] with the median time per call of sizes[i]. False (with the reason printed) when
+// a call failed.
+bool runRank(int r, const ncclUniqueId& id, const std::vector<size_t>& sizes, bool quick,
+             std::vector<double>* us) {
+  bindToBlock(r, 2);
+  ncclComm_t comm = nullptr;
+  if (chorusCommInitRankHost(&comm, 2, id, r, nullptr) != ncclSuccess) {
+    fprintf(stderr, "chorus-tune: rank %d: init: %s\n", r, ncclGetLastError(nullptr));
+    return false;
+  }
+  bool ok = true;
+  const Floats in = alignedFloats(sizes.back() / sizeof(float) + 1, 1.0f),
+               out = alignedFloats(sizes.back() / sizeof(float) + 1, 0.0f);
+  if (!in || !out) {
+    fprintf(stderr, "chorus-tune: rank %d: cannot allocate %zu bytes\n", r, sizes.back());
+    ncclCommDestroy(comm);
+    return false;
+  }
+  for (size_t i = 0; i < sizes.size() && ok; ++i) {
+    const size_t count = std::max<size_t>(1, sizes[i] / sizeof(float));
+    const int iters = itersFor(sizes[i], quick);
+    std::vector<double> batches;
+    for (int b = -1; b < 3 && ok; ++b) {  // batch -1 warms up
+      const Clock::time_point t0 = Clock::now();
+      for (int k = 0; k < iters; ++k) {
+        if (ncclAllReduce(in.get(), out.get(), count, ncclFloat, ncclSum, comm, nullptr) !=
+            ncclSuccess) {
+          fprintf(stderr, "chorus-tune: rank %d: %s: %s\n", r,
+                  getenv("CHORUS_ALGO") ? getenv("CHORUS_ALGO") : "", ncclGetLastError(comm));
+          ok = false;
+          break;
+        }
+      }
+      const double elapsed = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      if (b >= 0) batches.push_back(elapsed / iters);
+    }
+    if (us && ok) {
+      std::sort(batches.begin(), batches.end());
+      (*us)[i] = batches[batches.size() / 2];
+    }
+  }
+  ncclCommDestroy(comm);
+  return ok;
+}
+
+std::string toHex(const ncclUniqueId& id) {
+  static const char digits[] = "0123456789abcdef";
+  std::string hex;
+  for (char ch : id.internal) {
+    const auto b = static_cast<unsigned char>(ch);
+    hex += digits[b >> 4];
+    hex += digits[b & 15];
+  }
+  return hex;
+}
+
+bool fromHex(const std::string& hex, ncclUniqueId* id) {
+  if (hex.size() != 2 * sizeof id->internal) return false;
+  for (size_t i = 0; i < sizeof id->internal; ++i) {
+    unsigned v = 0;
+    if (sscanf(hex.c_str() + 2 * i, "%2x", &v) != 1) return false;
+    id->internal[i] = static_cast<char>(v);
+  }
+  return true;
+}
+
+// Runs config on two ranks as two processes, as jobs run them (shared memory mapped into two
+// address spaces): rank 1 is this program again (`--calibrate-rank`, which inherits the
+// configuration's environment), rank 0 a thread of this one. Fills us[i] with rank 0's median
+// time per call of sizes[i]; false (with the reason printed) when a call failed.
 bool measure(const Config& c, const std::vector<size_t>& sizes, bool quick,
              std::vector<double>* us) {
   setenv("CHORUS_ALGO", c.algo, 1);
@@ -86,49 +258,34 @@ bool measure(const Config& c, const std::vector<size_t>& sizes, bool quick,
   ncclUniqueId id;
   if (ncclGetUniqueId(&id) != ncclSuccess) return false;
   us->assign(sizes.size(), 0);
-  bool ok[2] = {true, true};
-  auto rank = [&](int r) {
-    bindToBlock(r, 2);
-    ncclComm_t comm = nullptr;
-    if (chorusCommInitRankHost(&comm, 2, id, r, nullptr) != ncclSuccess) {
-      fprintf(stderr, "chorus-tune: init: %s\n", ncclGetLastError(nullptr));
-      ok[r] = false;
-      return;
+  std::string list;
+  for (size_t s : sizes) list += (list.empty() ? "" : ",") + std::to_string(s);
+  std::string hex = toHex(id), q = quick ? "1" : "0";
+  char self[] = "/proc/self/exe";
+  char flag[] = "--calibrate-rank";
+  char* argv[] = {self, flag, &hex[0], &q[0], &list[0], nullptr};
+  pid_t child = -1;
+  const int err = posix_spawn(&child, self, nullptr, nullptr, argv, environ);
+  bool ok = err == 0;
+  if (!ok) fprintf(stderr, "chorus-tune: cannot start rank 1: %s\n", strerror(err));
+  if (ok) {
+    std::thread rank0([&] { ok = runRank(0, id, sizes, quick, us); });
+    rank0.join();
+    if (!ok) kill(child, SIGKILL);  // rank 0 gave up: do not wait for a peer left waiting
+    int status = 0;
+    while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
     }
-    std::vector<float> in(sizes.back() / sizeof(float) + 1, 1.0f), out(in.size());
-    for (size_t i = 0; i < sizes.size() && ok[r]; ++i) {
-      const size_t count = std::max<size_t>(1, sizes[i] / sizeof(float));
-      const int iters = itersFor(sizes[i], quick);
-      std::vector<double> batches;
-      for (int b = -1; b < 3 && ok[r]; ++b) {  // batch -1 warms up
-        const Clock::time_point t0 = Clock::now();
-        for (int k = 0; k < iters; ++k) {
-          if (ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr) !=
-              ncclSuccess) {
-            fprintf(stderr, "chorus-tune: %s: %s\n", c.algo, ncclGetLastError(comm));
-            ok[r] = false;
-            break;
-          }
-        }
-        const double elapsed = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-        if (b >= 0) batches.push_back(elapsed / iters);
-      }
-      if (r == 0 && ok[r]) {
-        std::sort(batches.begin(), batches.end());
-        (*us)[i] = batches[batches.size() / 2];
-      }
+    if (ok && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
+      fprintf(stderr, "chorus-tune: rank 1 of %s failed\n", c.algo);
+      ok = false;
     }
-    ncclCommDestroy(comm);
-  };
-  std::thread t0(rank, 0), t1(rank, 1);
-  t0.join();
-  t1.join();
+  }
   unsetenv("CHORUS_ALGO");
   unsetenv("CHORUS_MIN_CHANNELS");
   unsetenv("CHORUS_MAX_CHANNELS");
   unsetenv("CHORUS_SHM_DISABLE");
   unsetenv("CHORUS_NET");
-  return ok[0] && ok[1];
+  return ok;
 }
 
 chorus::TuningInfo shapeOf(const Config& c) {
@@ -152,14 +309,48 @@ Algorithm algorithmOf(const char* name) {
 
 }  // namespace
 
+int runCalibrationRank(int argc, char** argv) {
+  ncclUniqueId id;
+  std::vector<size_t> sizes;
+  if (argc == 3 && fromHex(argv[0], &id)) {
+    std::string list = argv[2];
+    for (size_t pos = 0; pos < list.size();) {
+      size_t comma = list.find(',', pos);
+      if (comma == std::string::npos) comma = list.size();
+      sizes.push_back(std::strtoull(list.c_str() + pos, nullptr, 10));
+      pos = comma + 1;
+    }
+  }
+  if (sizes.empty()) {
+    fprintf(stderr, "chorus-tune: --calibrate-rank is started by --calibrate only\n");
+    return 2;
+  }
+  return runRank(1, id, sizes, std::string(argv[1]) == "1", nullptr) ? 0 : 1;
+}
+
 int runCalibration(const std::string& output, bool quick) {
   const Clock::time_point start = Clock::now();
   const std::vector<Config> configs = {
-      {"ring", 1, false},    {"ring", 2, false}, {"tree", 1, false}, {"oneshot", 1, false},
-      {"twoshot", 1, false}, {"ring", 1, true},  {"tree", 1, true},  {"rd", 1, true},
+      {"ring", 1, false, true},    {"ring", 2, false, false},   {"tree", 1, false, false},
+      {"oneshot", 1, false, true}, {"twoshot", 1, false, true}, {"ring", 1, true, false},
+      {"tree", 1, true, false},    {"rd", 1, true, false},
   };
-  const std::vector<size_t> sizes = quick ? std::vector<size_t>{8, 65536, 1u << 20}
-                                          : std::vector<size_t>{8, 4096, 65536, 1u << 20, 8u << 20};
+  const std::vector<size_t> common = quick
+                                         ? std::vector<size_t>{8, 65536, 1u << 20}
+                                         : std::vector<size_t>{8, 4096, 65536, 1u << 20, 8u << 20};
+  auto sizesOf = [&](const Config& c) {
+    std::vector<size_t> v = common;
+    if (c.big && !quick) v.push_back(32u << 20);
+    return v;
+  };
+  // The memory probe first, on one core: the memory's speed is kept as measured; the cache
+  // edge it sees (one core's) is where the fit starts the edge the collectives see (several
+  // cores' buffers, the 32 MiB calls).
+  MemoryProbe probe;
+  std::thread([&probe, quick] {
+    bindToBlock(0, 2);
+    probe = probeMemory(quick);
+  }).join();
   // Rounds over every configuration, the median per size taken: the machine's speed drifts
   // over seconds (other tenants, clock changes) and each configuration sees the same drift.
   const int rounds = quick ? 1 : 3;
@@ -167,13 +358,14 @@ int runCalibration(const std::string& output, bool quick) {
   for (int round = 0; round < rounds; ++round) {
     for (size_t k = 0; k < configs.size(); ++k) {
       std::vector<double> us;
-      if (!measure(configs[k], sizes, quick, &us)) return 1;
+      if (!measure(configs[k], sizesOf(configs[k]), quick, &us)) return 1;
       runs[k].push_back(us);
     }
   }
   std::vector<chorus::Measurement> ms;
   for (size_t k = 0; k < configs.size(); ++k) {
     const Config& c = configs[k];
+    const std::vector<size_t> sizes = sizesOf(c);
     std::vector<double> us(sizes.size());
     for (size_t i = 0; i < sizes.size(); ++i) {
       std::vector<double> v;
@@ -192,8 +384,21 @@ int runCalibration(const std::string& output, bool quick) {
     }
   }
   const chorus::CostModel builtIn;
-  const chorus::Fit fit = chorus::fitCostModel(ms, builtIn);
-  printf("# all-reduce, 2 ranks (threads), measured on %s (%d cores)\n", cpuModel().c_str(),
+  chorus::CostModel probed = builtIn;
+  probed.cacheMiB = probe.cacheMiB;
+  probed.dramGBps = probe.dramGBps;
+  chorus::Fit fit = chorus::fitCostModel(ms, probed);
+  std::vector<double> before;
+  for (const chorus::Measurement& m : ms) {
+    const double e = chorus::predictionError(m, builtIn);
+    if (e >= 0) before.push_back(e);
+  }
+  std::sort(before.begin(), before.end());
+  if (!before.empty()) fit.medianErrorBefore = before[before.size() / 2];
+  printf("# memory probe, one core, reduce of two float arrays (GB/s read plus written):");
+  for (const auto& [ws, gbps] : probe.gbps) printf(" %zuK %.0f", ws >> 10, gbps);
+  printf("\n# cache_mib %.1f, dram_gbps %.1f\n", probe.cacheMiB, probe.dramGBps);
+  printf("# all-reduce, 2 ranks (processes), measured on %s (%d cores)\n", cpuModel().c_str(),
          cores());
   printf("%-8s %4s %-6s %10s %12s %12s %12s\n", "algo", "chan", "path", "size(B)", "measured",
          "built-in", "fitted");

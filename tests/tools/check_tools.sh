@@ -55,8 +55,14 @@ timeout 120 "$tune" --calibrate --quick -o "$tmp/machine.tuning" > "$tmp/cal.txt
 status=$?
 figures=$(grep -cE '^[a-z_]+ +[0-9.e+-]+ +#' "$tmp/machine.tuning" 2>/dev/null)
 check "chorus-tune --calibrate --quick writes every figure (exit $status, $figures figures)" \
-  $([ $status -eq 0 ] && [ "$figures" -eq 10 ] && grep -q '^# median |predicted/measured - 1|' \
-    "$tmp/cal.txt"; echo $?)
+  $([ $status -eq 0 ] && [ "$figures" -eq 12 ] && grep -q '^# median |predicted/measured - 1|' \
+    "$tmp/cal.txt" && grep -q '^# cache_mib [0-9.]*, dram_gbps [0-9.]*$' "$tmp/cal.txt"; echo $?)
+check "chorus-tune --calibrate measures on two processes" \
+  $(grep -q '^# all-reduce, 2 ranks (processes)' "$tmp/cal.txt"; echo $?)
+"$tune" --calibrate-rank > "$tmp/rank.txt" 2>&1
+status=$?
+check "chorus-tune --calibrate-rank on its own is refused (exit $status)" \
+  $([ $status -eq 2 ] && grep -q 'started by --calibrate only' "$tmp/rank.txt"; echo $?)
 "$tune" -t "$tmp/machine.tuning" -b 8 -e 8 > "$tmp/tuned.txt" 2>&1
 check "chorus-tune --tuning names the file its predictions come from" \
   $(grep -q "^# cost model: $tmp/machine.tuning" "$tmp/tuned.txt"; echo $?)

@@ -146,15 +146,18 @@ std::vector<chorus::Measurement> synthetic(const CostModel& truth) {
     Algorithm algo;
     int channels;
     bool net;
+    bool big;  // also at 32 MiB, as the calibration measures it
   };
-  const Config configs[] = {{Algorithm::kRing, 1, false},    {Algorithm::kRing, 2, false},
-                            {Algorithm::kTree, 1, false},    {Algorithm::kOneShot, 1, false},
-                            {Algorithm::kTwoShot, 1, false}, {Algorithm::kRing, 1, true},
-                            {Algorithm::kTree, 1, true},     {Algorithm::kRd, 1, true}};
+  const Config configs[] = {
+      {Algorithm::kRing, 1, false, true},    {Algorithm::kRing, 2, false, false},
+      {Algorithm::kTree, 1, false, false},   {Algorithm::kOneShot, 1, false, true},
+      {Algorithm::kTwoShot, 1, false, true}, {Algorithm::kRing, 1, true, false},
+      {Algorithm::kTree, 1, true, false},    {Algorithm::kRd, 1, true, false}};
   int k = 0;
   for (const Config& c : configs) {
-    for (size_t bytes :
-         {size_t(8), size_t(4096), size_t(65536), size_t(1) << 20, size_t(8) << 20}) {
+    std::vector<size_t> sizes = {8, 4096, 65536, size_t(1) << 20, size_t(8) << 20};
+    if (c.big) sizes.push_back(size_t(32) << 20);
+    for (size_t bytes : sizes) {
       chorus::Measurement m;
       m.info.nranks = 2;
       m.info.localRanks = 2;
@@ -197,6 +200,76 @@ TEST(CostModelFit, RecoversAKnownModelFromItsPredictions) {
   }
   // Figures no measurement depends on keep their values (4 ranks oversubscribed never ran).
   EXPECT_NEAR(fit.model.wakeUs, CostModel().wakeUs, 1e-9);
+}
+
+// The figure the calibration measures directly (the memory's speed, from its probe) is not
+// fitted: it keeps the starting value even where the measurements would pull it.
+TEST(CostModelFit, ProbedFiguresKeepTheirMeasuredValues) {
+  CostModel truth = otherMachine();
+  truth.cacheMiB = 8;
+  truth.dramGBps = 6;
+  CostModel start;
+  start.dramGBps = 30;
+  const chorus::Fit fit = chorus::fitCostModel(synthetic(truth), start);
+  EXPECT_EQ(fit.model.dramGBps, 30);
+  int probed = 0;
+  for (const chorus::CostField& f : chorus::costFields()) probed += f.probed ? 1 : 0;
+  EXPECT_EQ(probed, 1);
+  // Given the memory's true speed, the rest, the cache edge included, is recovered from the
+  // calls (32 MiB ones included) as before.
+  start.dramGBps = truth.dramGBps;
+  start.cacheMiB = 20;
+  const chorus::Fit good = chorus::fitCostModel(synthetic(truth), start);
+  EXPECT_LT(good.medianErrorAfter, 0.04);
+  EXPECT_LT(good.maxErrorAfter, 0.1);
+  EXPECT_NEAR(good.model.cacheMiB / truth.cacheMiB, 1.0, 0.25);
+}
+
+// Buffers beyond the cache: the share of a call's traffic that does not fit streams at the
+// memory's speed. One-shot on 2 ranks of one host moves (3 + n) * s bytes through memory; its
+// buffers are an input and an output per rank.
+TEST(CostModel, TrafficBeyondTheCacheStreamsAtMemorySpeed) {
+  chorus::TuningInfo info;
+  info.nranks = 2;
+  info.localRanks = 2;
+  info.coresPerRank = 1;
+  info.directPossible = true;
+  info.directChunkBytes = size_t(1) << 20;
+  CostModel m;
+  m.cacheMiB = 16;
+  m.memGBps = 80;
+  m.dramGBps = 20;
+  auto expect = [&](size_t bytes) {
+    const double s = static_cast<double>(bytes);
+    const double buffers = 2 * 2 * s, cache = 16.0 * (1 << 20);
+    const double hit = buffers <= cache ? 1 : cache / buffers;
+    const double chunks = std::ceil(s / (1 << 20));
+    return chunks * m.directSyncUs + 5 * s * (hit / 80 + (1 - hit) / 20) / 1e3;
+  };
+  for (size_t bytes : {size_t(1) << 20, size_t(4) << 20, size_t(16) << 20, size_t(64) << 20}) {
+    EXPECT_NEAR(chorus::predictUs(info, Collective::kAllReduce, Algorithm::kOneShot, 1, bytes, m),
+                expect(bytes), 1e-6 * expect(bytes))
+        << bytes;
+  }
+  // Within the cache the memory's speed does not matter; beyond it, it does.
+  CostModel slow = m;
+  slow.dramGBps = 5;
+  const auto oneshot = [&](size_t bytes, const CostModel& model) {
+    return chorus::predictUs(info, Collective::kAllReduce, Algorithm::kOneShot, 1, bytes, model);
+  };
+  EXPECT_EQ(oneshot(size_t(4) << 20, m), oneshot(size_t(4) << 20, slow));
+  EXPECT_GT(oneshot(size_t(64) << 20, slow), 2 * oneshot(size_t(64) << 20, m));
+  // A ring reads and writes about 3 bytes of memory per byte it moves: memory caps it at a
+  // third of dram_gbps, and a channel slower than that is not slowed.
+  info.directPossible = false;
+  const double s = 256.0 * (1 << 20), hit = 16.0 / 1024;
+  m.shmGBps = 4;
+  m.shmStepUs = 1;
+  EXPECT_NEAR(chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, size_t(s), m),
+              2 * 1 + s / 4 / 1e3, 1e-6 * s);
+  m.shmGBps = 12;
+  EXPECT_NEAR(chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, size_t(s), m),
+              2 * 1 + s * (hit / 12 + (1 - hit) / (20.0 / 3)) / 1e3, 1e-6 * s);
 }
 
 TEST(CostModelFit, OutliersDoNotDragTheFit) {
