@@ -92,9 +92,9 @@ void bindToBlock(int rank, int nranks) {
   pthread_setaffinity_np(pthread_self(), sizeof mine, &mine);
 }
 
-// Page-aligned floats, as the perf tools and most frameworks' allocators give them: with the
-// 16-byte alignment of an ordinary vector the reduction's vector loads straddle cache lines
-// (the 2-rank ring took 1.6 times as long at 1 MiB on a Zen 4 VM). Null when out of memory.
+// Page-aligned floats, as the perf tools allocate them (an ordinary vector's are 16 bytes past
+// a cache line: the reduction kernel runs 20% slower so in L1, 7% at 256 KiB, see
+// perf/micro/bench_reduce.cc). Null when out of memory.
 using Floats = std::unique_ptr<float, decltype(&std::free)>;
 Floats alignedFloats(size_t n, float value) {
   const size_t bytes = (n * sizeof(float) + 4095) / 4096 * 4096;

@@ -19,7 +19,7 @@ using ReduceFn = void (*)(const ReduceCopyArgs&);
 
 // L1-resident, about L2, and well past the last-level cache.
 constexpr size_t kSizes[] = {size_t(4) << 10, size_t(256) << 10, size_t(64) << 20};
-constexpr size_t kMaxBytes = size_t(64) << 20;
+constexpr size_t kMaxBytes = (size_t(64) << 20) + 4096;  // room for an offset start
 
 // The default run: float sum in every shape and size, every type at 256 KiB and every reduction
 // at 256 KiB (recv_reduce_send), and the memcpy lines. --benchmark_filter=all runs the matrix.
@@ -131,8 +131,10 @@ class Buffers {
 };
 
 // Every step finalizes, so avg includes its division (a ring applies it in the last step only).
+// offset: bytes the local input and the output start past their buffers' alignment (16: an
+// ordinary allocation's guarantee), the peer's slot staying aligned as a FIFO slot is.
 void benchReduce(benchmark::State& state, ReduceFn reduce, Form form, DataType type, RedKind kind,
-                 size_t bytes) {
+                 size_t bytes, size_t offset) {
   Buffers& buffers = Buffers::get();
   buffers.prepare(type, bytes);
   RedOp op;
@@ -142,9 +144,9 @@ void benchReduce(benchmark::State& state, ReduceFn reduce, Form form, DataType t
 
   ReduceCopyArgs args;
   args.peer = buffers.peer();
-  args.local = buffers.local();
-  args.dst0 = buffers.dst0();
-  args.dst1 = form == Form::kRecvReduceCopySend ? buffers.dst1() : nullptr;
+  args.local = buffers.local() + offset;
+  args.dst0 = buffers.dst0() + offset;
+  args.dst1 = form == Form::kRecvReduceCopySend ? buffers.dst1() + offset : nullptr;
   args.count = bytes / dataTypeSize(type);
   args.type = type;
   args.op = &op;
@@ -172,6 +174,11 @@ void benchMemcpy(benchmark::State& state, size_t bytes) {
 void registerAll() {
   for (size_t bytes : kSizes)
     benchmark::RegisterBenchmark(("memcpy/" + sizeLabel(bytes)).c_str(), benchMemcpy, bytes);
+  // The dispatched kernel on a local input and an output 16 bytes past a cache line.
+  for (size_t bytes : kSizes)
+    benchmark::RegisterBenchmark(
+        ("reduce/offset16/recv_reduce_send/float/sum/" + sizeLabel(bytes)).c_str(), benchReduce,
+        reduceCopy, Form::kRecvReduceSend, DataType::kFloat32, RedKind::kSum, bytes, size_t{16});
 
   struct Variant {
     const char* name;
@@ -192,7 +199,7 @@ void registerAll() {
                                dataTypeName(type) + "/" + redKindName(kind) + "/" +
                                sizeLabel(bytes);
             benchmark::RegisterBenchmark(name.c_str(), benchReduce, variant.fn, form, type, kind,
-                                         bytes);
+                                         bytes, size_t{0});
           }
         }
       }
