@@ -1,6 +1,6 @@
 // NCCL's net plugin ABI in Chorus: the declarations' layout against the documented one (LP64),
 // how NCCL_NET_PLUGIN's value names libraries, and loading and using the example plugin of
-// each version (v10, v9, v8) through Chorus's wrapper: a connection over loopback that moves
+// each version (v11, v10, v9, v8) through Chorus's wrapper: a connection over loopback that moves
 // messages of several sizes, compared byte for byte.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -45,6 +45,19 @@ static_assert(offsetof(ncclNet_v8_t, test) == 13 * sizeof(void*), "");
 static_assert(offsetof(ncclNet_v8_t, irecvConsumed) == 18 * sizeof(void*), "");
 static_assert(offsetof(ncclNet_v9_t, makeVDevice) == 19 * sizeof(void*), "");
 static_assert(offsetof(ncclNet_v10_t, connect) == 5 * sizeof(void*), "");
+static_assert(sizeof(ncclNetProperties_v11_t) == 112, "v11 properties");
+static_assert(offsetof(ncclNetProperties_v11_t, vProps) == 64, "");
+static_assert(offsetof(ncclNetProperties_v11_t, maxCollBytes) == 96, "");
+static_assert(offsetof(ncclNetProperties_v11_t, maxMultiRequestSize) == 104, "");
+static_assert(sizeof(ncclNetAttr_v11_t) == 44, "");
+static_assert(offsetof(ncclNetAttr_v11_t, recvCommAttr) == 16, "");
+static_assert(offsetof(ncclNetAttr_v11_t, proto) == 40, "");
+static_assert(sizeof(ncclNet_v11_t) == 22 * sizeof(void*), "v11: 22 members");
+static_assert(offsetof(ncclNet_v11_t, listen) == 4 * sizeof(void*), "");
+static_assert(offsetof(ncclNet_v11_t, isend) == 10 * sizeof(void*), "");
+static_assert(offsetof(ncclNet_v11_t, makeVDevice) == 19 * sizeof(void*), "");
+static_assert(offsetof(ncclNet_v11_t, finalize) == 20 * sizeof(void*), "");
+static_assert(offsetof(ncclNet_v11_t, setNetAttr) == 21 * sizeof(void*), "");
 
 TEST(NetPluginCandidates, FollowNcclNetPlugin) {
   using V = std::vector<std::string>;
@@ -67,7 +80,7 @@ TEST(NetPluginLoad, ErrorsSayWhy) {
       << missing.status().message();
   auto notPlugin = chorus::loadNetPlugin("libm.so.6");
   ASSERT_FALSE(notPlugin.isOk());
-  EXPECT_NE(notPlugin.status().message().find("exports no ncclNetPlugin_v10, _v9 or _v8"),
+  EXPECT_NE(notPlugin.status().message().find("exports no ncclNetPlugin_v11, _v10, _v9 or _v8"),
             std::string::npos)
       << notPlugin.status().message();
 }
@@ -128,10 +141,13 @@ void expectMessagesArrive(const char* env, int version) {
 }
 
 TEST(NetPluginChoice, FollowsNcclNetPluginAndNcclNet) {
+  const char* v11 = getenv("NET_EXAMPLE_V11");
   const char* v10 = getenv("NET_EXAMPLE_V10");
   const char* v9 = getenv("NET_EXAMPLE_V9");
+  ASSERT_NE(v11, nullptr);
   ASSERT_NE(v10, nullptr);
   ASSERT_NE(v9, nullptr);
+  EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", v11}}), "ExampleSocket v11");
   EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", v10}}), "ExampleSocket v10");
   EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", v9}}), "ExampleSocket v9");
   // Chorus's own name beats NCCL's; a list is tried in order; NCCL_NET matches the table's name.
@@ -157,7 +173,10 @@ TEST(NetPluginChoice, FollowsNcclNetPluginAndNcclNet) {
   EXPECT_EQ(unknown.rfind("error 4: NCCL_NET=Foo: no such network", 0), 0u) << unknown;
 }
 
-TEST(NetPluginLoad, ExampleV10) {
+TEST(NetPluginLoad, ExampleV11) {
+  expectMessagesArrive("NET_EXAMPLE_V11", 11);
+}
+TEST(NetPluginLoad, ExampleV10FallsBackFromV11) {
   expectMessagesArrive("NET_EXAMPLE_V10", 10);
 }
 TEST(NetPluginLoad, ExampleV9FallsBackFromV10) {

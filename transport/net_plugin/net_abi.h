@@ -1,4 +1,4 @@
-/* The network plugin ABI of NCCL, versions 8, 9 and 10: what a libnccl-net-*.so exports (a
+/* The network plugin ABI of NCCL, versions 8 to 11: what a libnccl-net-*.so exports (a
  * table of function pointers named ncclNetPlugin_vN) and the types its functions take. Member
  * order and types are the ABI; tests/unit/test_net_abi.cc checks every size and offset against
  * the documented layout (LP64). Plain C, so that plugins written in C build against it too. */
@@ -203,6 +203,83 @@ typedef struct {
   ncclResult_t (*irecvConsumed)(void* recvComm, int n, void* request);
   ncclResult_t (*makeVDevice)(int* d, ncclNetVDeviceProps_v10_t* props);
 } ncclNet_v10_t;
+
+/* v11: the properties gain the largest multi-request; the network is initialised with a
+ * context (per communicator in NCCL; Chorus makes one per process), which listen and connect
+ * take, and with the connection config connect took before; finalize and setNetAttr are new. */
+typedef ncclNetVDeviceProps_v9_t ncclNetVDeviceProps_v11_t;
+typedef ncclNetCommConfig_v10_t ncclNetCommConfig_v11_t;
+typedef ncclNetDeviceHandle_v8_t ncclNetDeviceHandle_v11_t;
+
+typedef struct {
+  char* name;
+  char* pciPath;
+  uint64_t guid;
+  int ptrSupport;
+  int regIsGlobal;
+  int forceFlush;
+  int speed;
+  int port;
+  float latency;
+  int maxComms;
+  int maxRecvs;
+  ncclNetDeviceType netDeviceType;
+  int netDeviceVersion;
+  ncclNetVDeviceProps_v11_t vProps;
+  size_t maxP2pBytes;
+  size_t maxCollBytes;
+  int maxMultiRequestSize; /* requests one multi-request may hold */
+} ncclNetProperties_v11_t;
+
+#define NCCL_NET_ATTR_UNDEF (-1)
+
+/* Hints NCCL may give a network about the traffic to come (Chorus gives none). */
+typedef struct {
+  int32_t maxConcurrentPeers;
+  int32_t minConcurrentPeers;
+  int32_t maxFlowsPerPeer;
+  int32_t minFlowsPerPeer;
+} ncclNetCommAttr_v11_t;
+
+typedef struct {
+  ncclNetCommAttr_v11_t sendCommAttr;
+  ncclNetCommAttr_v11_t recvCommAttr;
+  uint32_t op;
+  uint32_t algo;
+  uint32_t proto;
+} ncclNetAttr_v11_t;
+
+typedef struct {
+  const char* name;
+  ncclResult_t (*init)(void** ctx, uint64_t commId, ncclNetCommConfig_v11_t* config,
+                       ncclDebugLogger_t logFunction, ncclProfilerCallback_t profFunction);
+  ncclResult_t (*devices)(int* ndev);
+  ncclResult_t (*getProperties)(int dev, ncclNetProperties_v11_t* props);
+  ncclResult_t (*listen)(void* ctx, int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(void* ctx, int dev, void* handle, void** sendComm,
+                          ncclNetDeviceHandle_v11_t** sendDevComm);
+  ncclResult_t (*accept)(void* listenComm, void** recvComm,
+                         ncclNetDeviceHandle_v11_t** recvDevComm);
+  ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
+  ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset,
+                              int fd, void** mhandle);
+  ncclResult_t (*deregMr)(void* comm, void* mhandle);
+  ncclResult_t (*isend)(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+                        void* phandle, void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, size_t* sizes, int* tags,
+                        void** mhandles, void** phandles, void** request);
+  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
+                         void** request);
+  ncclResult_t (*test)(void* request, int* done, int* sizes);
+  ncclResult_t (*closeSend)(void* sendComm);
+  ncclResult_t (*closeRecv)(void* recvComm);
+  ncclResult_t (*closeListen)(void* listenComm);
+  ncclResult_t (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
+  ncclResult_t (*irecvConsumed)(void* recvComm, int n, void* request);
+  ncclResult_t (*makeVDevice)(int* d, ncclNetVDeviceProps_v11_t* props);
+  ncclResult_t (*finalize)(void* ctx);
+  ncclResult_t (*setNetAttr)(void* ctx, ncclNetAttr_v11_t* netAttr); /* optional */
+} ncclNet_v11_t;
 
 #ifdef __cplusplus
 }

@@ -37,7 +37,7 @@ void pluginLogger(ncclDebugLogLevel level, unsigned long flags, const char* file
   logWrite(ours, kSubsysNet, file != nullptr ? file : "plugin", line, "plugin: %s", text);
 }
 
-// v10 plugins may report events to a profiler; Chorus has none.
+// v10 and v11 plugins may report events to a profiler; Chorus has none.
 ncclResult_t noProfiler(void** eHandle, int, void*, int64_t, void*) {
   if (eHandle != nullptr) *eHandle = nullptr;
   return ncclSuccess;
@@ -69,7 +69,14 @@ class PluginOf final : public NetPlugin {
   PluginOf(const Net* net, std::string library) : net_(net), library_(std::move(library)) {}
 
   Status start() {
-    if constexpr (V >= 10)
+    if constexpr (V >= 11) {
+      // One context for the process: Chorus loads a plugin once and shares it between its
+      // communicators (NCCL makes one per communicator, with the communicator's id). The
+      // connection config, given to connect before v11, comes with it.
+      ncclNetCommConfig_v11_t config;
+      config.trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;
+      PLUGIN_CALL("init", net_->init(&ctx_, 0, &config, pluginLogger, noProfiler));
+    } else if constexpr (V >= 10)
       PLUGIN_CALL("init", net_->init(pluginLogger, noProfiler));
     else
       PLUGIN_CALL("init", net_->init(pluginLogger));
@@ -103,7 +110,10 @@ class PluginOf final : public NetPlugin {
 
   Status listen(int dev, void* handle, void** listenComm) override {
     *listenComm = nullptr;
-    PLUGIN_CALL("listen", net_->listen(dev, handle, listenComm));
+    if constexpr (V >= 11)
+      PLUGIN_CALL("listen", net_->listen(ctx_, dev, handle, listenComm));
+    else
+      PLUGIN_CALL("listen", net_->listen(dev, handle, listenComm));
     if (*listenComm == nullptr)
       return internalError("net plugin %s: listen gave no comm", net_->name);
     return Status::ok();
@@ -111,7 +121,9 @@ class PluginOf final : public NetPlugin {
   Status connect(int dev, void* handle, void** sendComm) override {
     *sendComm = nullptr;
     ncclNetDeviceHandle_v8_t* devComm = nullptr;  // the same type in every version
-    if constexpr (V >= 10) {
+    if constexpr (V >= 11) {
+      PLUGIN_CALL("connect", net_->connect(ctx_, dev, handle, sendComm, &devComm));
+    } else if constexpr (V >= 10) {
       ncclNetCommConfig_v10_t config;
       config.trafficClass = NCCL_NET_TRAFFIC_CLASS_UNDEF;
       PLUGIN_CALL("connect", net_->connect(dev, &config, handle, sendComm, &devComm));
@@ -195,6 +207,7 @@ class PluginOf final : public NetPlugin {
   const Net* net_;
   std::string library_;
   int devices_ = 0;
+  void* ctx_ = nullptr;  // v11: what init gave, for listen and connect (the process's life)
 };
 
 #undef PLUGIN_CALL
@@ -244,9 +257,12 @@ Result<std::unique_ptr<NetPlugin>> loadNetPlugin(const std::string& library) {
     return invalidUsage("cannot load %s: %s", library.c_str(), why != nullptr ? why : "?");
   }
   Result<std::unique_ptr<NetPlugin>> p = invalidUsage(
-      "%s exports no ncclNetPlugin_v10, _v9 or _v8 (Chorus speaks net plugin versions 8 to 10)",
+      "%s exports no ncclNetPlugin_v11, _v10, _v9 or _v8 (Chorus speaks net plugin versions 8 "
+      "to 11)",
       library.c_str());
-  if (void* t = dlsym(lib, "ncclNetPlugin_v10"))
+  if (void* t11 = dlsym(lib, "ncclNetPlugin_v11"))
+    p = startPlugin<ncclNet_v11_t, ncclNetProperties_v11_t, 11>(t11, library);
+  else if (void* t = dlsym(lib, "ncclNetPlugin_v10"))
     p = startPlugin<ncclNet_v10_t, ncclNetProperties_v10_t, 10>(t, library);
   else if (void* t9 = dlsym(lib, "ncclNetPlugin_v9"))
     p = startPlugin<ncclNet_v9_t, ncclNetProperties_v9_t, 9>(t9, library);

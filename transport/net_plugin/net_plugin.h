@@ -1,5 +1,5 @@
 // NCCL net plugins in Chorus: the library NCCL_NET_PLUGIN names is loaded with dlopen, its
-// newest table (ncclNetPlugin_v10, then v9, then v8) is taken, and the calls are wrapped behind
+// newest table (ncclNetPlugin_v11, then v10, v9, v8) is taken, and the calls are wrapped behind
 // one interface with size_t sizes, whatever the version. The plugin transport
 // (net_transport.cc) moves FIFO slots through it between ranks on different hosts.
 #pragma once
@@ -24,7 +24,7 @@ class NetPlugin {
   };
   virtual ~NetPlugin() = default;
   virtual const char* name() const = 0;  // the table's own name (what NCCL_NET matches)
-  virtual int version() const = 0;       // 8, 9 or 10
+  virtual int version() const = 0;       // 8, 9, 10 or 11
   virtual const std::string& library() const = 0;
   virtual int devices() const = 0;
   virtual Status properties(int dev, Properties* out) = 0;

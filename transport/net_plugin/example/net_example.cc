@@ -4,7 +4,7 @@
 // the first IPv4 interface that is up and not loopback (loopback when there is none;
 // EXAMPLE_NET_IFNAME names another). Every call is non-blocking: connect keeps its state in the
 // handle, and test() moves the bytes of a comm's requests, in order, as far as the socket
-// takes them. NET_EXAMPLE_MAX_VERSION (8, 9 or 10) limits the tables it exports.
+// takes them. NET_EXAMPLE_MAX_VERSION (8 to 11) limits the tables it exports.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +26,7 @@
 #include "transport/net_plugin/net_abi.h"
 
 #ifndef NET_EXAMPLE_MAX_VERSION
-#define NET_EXAMPLE_MAX_VERSION 10
+#define NET_EXAMPLE_MAX_VERSION 11
 #endif
 
 namespace {
@@ -354,14 +354,19 @@ ncclResult_t propsV8(int dev, ncclNetProperties_v8_t* p) {
   fillCommon(p);
   return ncclSuccess;
 }
-[[maybe_unused]] ncclResult_t propsV9(int dev, ncclNetProperties_v9_t* p) {
-  if (dev != 0) return ncclInvalidArgument;
+// The members v9 added, kept by v10 and v11.
+template <class Props>
+void fillFromV9(Props* p) {
   fillCommon(p);
   p->forceFlush = 0;
   p->vProps.ndevs = 1;
   p->vProps.devs[0] = 0;
   p->maxP2pBytes = size_t(1) << 30;
   p->maxCollBytes = size_t(1) << 30;
+}
+[[maybe_unused]] ncclResult_t propsV9(int dev, ncclNetProperties_v9_t* p) {
+  if (dev != 0) return ncclInvalidArgument;
+  fillFromV9(p);
   return ncclSuccess;
 }
 ncclResult_t connectV8(int dev, void* h, void** c, ncclNetDeviceHandle_v8_t**) {
@@ -395,6 +400,42 @@ ncclResult_t irecvV8(void* c, int n, void** d, int* sizes, int*, void**, void** 
 [[maybe_unused]] ncclResult_t irecvV10(void* c, int n, void** d, size_t* sizes, int*, void**,
                                        void**, void** req) {
   return exampleIrecv(c, n, d, sizes[0], req);
+}
+
+// v11: the network is initialised with a context, which listen and connect get back. This
+// plugin hands out the address of its one context and refuses any other: a caller that passes
+// something else is caught.
+int gContext = 0;
+[[maybe_unused]] ncclResult_t initV11(void** ctx, uint64_t, ncclNetCommConfig_v11_t*,
+                                      ncclDebugLogger_t log, ncclProfilerCallback_t) {
+  if (ctx == nullptr) return ncclInvalidArgument;
+  gLog = log;
+  *ctx = &gContext;
+  return exampleInit();
+}
+[[maybe_unused]] ncclResult_t propsV11(int dev, ncclNetProperties_v11_t* p) {
+  if (dev != 0) return ncclInvalidArgument;
+  fillFromV9(p);
+  p->maxMultiRequestSize = 1;
+  return ncclSuccess;
+}
+[[maybe_unused]] ncclResult_t listenV11(void* ctx, int dev, void* h, void** l) {
+  if (ctx != &gContext) {
+    EXAMPLE_WARN("listen with a context init did not give");
+    return ncclInvalidArgument;
+  }
+  return exampleListen(dev, h, l);
+}
+[[maybe_unused]] ncclResult_t connectV11(void* ctx, int dev, void* h, void** c,
+                                         ncclNetDeviceHandle_v11_t**) {
+  if (ctx != &gContext) {
+    EXAMPLE_WARN("connect with a context init did not give");
+    return ncclInvalidArgument;
+  }
+  return exampleConnect(dev, h, c);
+}
+[[maybe_unused]] ncclResult_t finalizeV11(void* ctx) {
+  return ctx == &gContext ? ncclSuccess : ncclInvalidArgument;
 }
 
 }  // namespace
@@ -451,6 +492,14 @@ __attribute__((visibility("default"))) ncclNet_v10_t ncclNetPlugin_v10 = {
     acceptAny,       exampleRegMr, nullptr,        exampleDeregMr, isendV10,           irecvV10,
     exampleIflush,   exampleTest,  exampleClose,   exampleClose,   exampleCloseListen, nullptr,
     nullptr,         nullptr};
+#endif
+
+#if NET_EXAMPLE_MAX_VERSION >= 11
+__attribute__((visibility("default"))) ncclNet_v11_t ncclNetPlugin_v11 = {
+    "ExampleSocket", initV11,      exampleDevices, propsV11,       listenV11,          connectV11,
+    acceptAny,       exampleRegMr, nullptr,        exampleDeregMr, isendV10,           irecvV10,
+    exampleIflush,   exampleTest,  exampleClose,   exampleClose,   exampleCloseListen, nullptr,
+    nullptr,         nullptr,      finalizeV11,    nullptr};
 #endif
 
 }  // extern "C"
