@@ -111,7 +111,8 @@ for t in json.load(sys.stdin):
       quick_tests=($(echo "$quick" | cut -d' ' -f1))
       # The example net plugins are loaded by test_net_plugin, the stand-in verbs library by
       # test_ib (libraries, not the tests' own targets).
-      loaded="transport/nccl-net-example transport/nccl-net-example-v9 transport/nccl-net-example-v8"
+      loaded="transport/nccl-net-example transport/nccl-net-example-v10 transport/nccl-net-example-v9"
+      loaded="$loaded transport/nccl-net-example-v8"
       if meson introspect "$SAN_BUILD_DIR" --targets | grep -q '"name": "fake-ibverbs"'; then
         loaded="$loaded tests/ib/fake-ibverbs"
       fi
