@@ -38,6 +38,15 @@ double predictionError(const Measurement& m, const CostModel& model) {
   return std::fabs(p / m.us - 1);
 }
 
+double medianPredictionError(const std::vector<Measurement>& measurements, const CostModel& model) {
+  std::vector<double> errors;
+  for (const Measurement& m : measurements) {
+    const double e = predictionError(m, model);
+    if (e >= 0) errors.push_back(e);
+  }
+  return median(errors);
+}
+
 Fit fitCostModel(const std::vector<Measurement>& measurements, const CostModel& start) {
   Fit fit;
   fit.model = start;

@@ -35,6 +35,9 @@ struct Fit {
 // (CostField::probed: measured directly, not through the algorithms) keep start's value.
 Fit fitCostModel(const std::vector<Measurement>& measurements, const CostModel& start);
 
+// The median of predictionError over the measurements model predicts (0 when none).
+double medianPredictionError(const std::vector<Measurement>& measurements, const CostModel& model);
+
 // |predicted / measured - 1| of one measurement under model (negative: the model has no
 // prediction for it).
 double predictionError(const Measurement& m, const CostModel& model);

@@ -269,6 +269,8 @@ bool measure(const Config& c, const std::vector<size_t>& sizes, bool quick,
   bool ok = err == 0;
   if (!ok) fprintf(stderr, "chorus-tune: cannot start rank 1: %s\n", strerror(err));
   if (ok) {
+    // On a thread of its own: its binding must not stay on the thread that starts the next
+    // measurement's rank 1.
     std::thread rank0([&] { ok = runRank(0, id, sizes, quick, us); });
     rank0.join();
     if (!ok) kill(child, SIGKILL);  // rank 0 gave up: do not wait for a peer left waiting
@@ -351,6 +353,10 @@ int runCalibration(const std::string& output, bool quick) {
     bindToBlock(0, 2);
     probe = probeMemory(quick);
   }).join();
+  if (probe.dramGBps <= 0) {
+    fprintf(stderr, "chorus-tune: the memory probe could not allocate its arrays\n");
+    return 1;
+  }
   // Rounds over every configuration, the median per size taken: the machine's speed drifts
   // over seconds (other tenants, clock changes) and each configuration sees the same drift.
   const int rounds = quick ? 1 : 3;
@@ -388,13 +394,7 @@ int runCalibration(const std::string& output, bool quick) {
   probed.cacheMiB = probe.cacheMiB;
   probed.dramGBps = probe.dramGBps;
   chorus::Fit fit = chorus::fitCostModel(ms, probed);
-  std::vector<double> before;
-  for (const chorus::Measurement& m : ms) {
-    const double e = chorus::predictionError(m, builtIn);
-    if (e >= 0) before.push_back(e);
-  }
-  std::sort(before.begin(), before.end());
-  if (!before.empty()) fit.medianErrorBefore = before[before.size() / 2];
+  fit.medianErrorBefore = chorus::medianPredictionError(ms, builtIn);  // not the probed start's
   printf("# memory probe, one core, reduce of two float arrays (GB/s read plus written):");
   for (const auto& [ws, gbps] : probe.gbps) printf(" %zuK %.0f", ws >> 10, gbps);
   printf("\n# cache_mib %.1f, dram_gbps %.1f\n", probe.cacheMiB, probe.dramGBps);
