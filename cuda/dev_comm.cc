@@ -200,10 +200,18 @@ class CudaDeviceComm final : public DeviceComm {
   Status checkStream(void* stream) const;
   // Queues launches on stream, after this communicator's earlier ones.
   Status launchAll(const std::vector<Launch>& launches, void* stream);
+  // Runs body(cudaStream_t), which queues work on stream, after this communicator's earlier
+  // work (on whichever stream), and records the point later work waits for.
+  template <class Body>
+  Status ordered(void* stream, Body body);
+  // One rank alone: copies (or nothing, in place) for what needs no arithmetic, the kernel for
+  // the rest, in the calls' order.
+  Status enqueueAlone(const DeviceCall* calls, size_t n, void* stream);
 
   int rank_ = 0;
   int device_ = -1;
   int nchannels_ = 1;
+  int nthreads_ = 512;  // threads of each block
   bool sharesGpuInProcess_ = false;
   DeviceShape shape_;
   std::vector<int32_t> ringRanks_;
@@ -294,6 +302,7 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
   rank_ = s.rank;
   shape_ = s.shape;
   nchannels_ = std::max(1, std::min(s.nchannels, kMaxChannels));
+  nthreads_ = s.nthreads;
   shape_.nchannels = nchannels_;
   // A local failure does not end init at once: the peers wait on this rank's part of the
   // exchanges below, so it still takes part in them (telling its peers it has nothing to
@@ -645,8 +654,8 @@ void CudaDeviceComm::mapRegion(const DeviceEndpoint& me, const RegionInfo& their
   }
 }
 
-Status CudaDeviceComm::launchAll(const std::vector<Launch>& launches, void* stream) {
-  if (launches.empty()) return Status::ok();
+template <class Body>
+Status CudaDeviceComm::ordered(void* stream, Body body) {
   int previous = -1;
   CHORUS_CUDA_TRY(cudaGetDevice(&previous), "cudaGetDevice");
   if (previous != device_) CHORUS_CUDA_TRY(cudaSetDevice(device_), "cudaSetDevice");
@@ -658,16 +667,13 @@ Status CudaDeviceComm::launchAll(const std::vector<Launch>& launches, void* stre
   Status result = Status::ok();
   cudaError_t err = cudaStreamIsCapturing(s, &capture);
   if (err != cudaSuccess) result = cudaFailure(err, "cudaStreamIsCapturing");
-  const bool ordered = result.isOk() && capture == cudaStreamCaptureStatusNone;
-  if (ordered && launched_ && stream != lastStream_) {
+  const bool inOrder = result.isOk() && capture == cudaStreamCaptureStatusNone;
+  if (inOrder && launched_ && stream != lastStream_) {
     err = cudaStreamWaitEvent(s, lastLaunch_, 0);
     if (err != cudaSuccess) result = cudaFailure(err, "cudaStreamWaitEvent");
   }
-  for (const Launch& l : launches) {
-    if (!result.isOk()) break;
-    result = launchOnStream(l, l.p2p != 0 ? l.nworks : nchannels_, stream);
-  }
-  if (result.isOk() && ordered) {
+  if (result.isOk()) result = body(s);
+  if (result.isOk() && inOrder) {
     err = cudaEventRecord(lastLaunch_, s);
     if (err != cudaSuccess) {
       result = cudaFailure(err, "cudaEventRecord");
@@ -678,6 +684,47 @@ Status CudaDeviceComm::launchAll(const std::vector<Launch>& launches, void* stre
   }
   if (previous != device_) cudaSetDevice(previous);
   return result;
+}
+
+Status CudaDeviceComm::launchAll(const std::vector<Launch>& launches, void* stream) {
+  if (launches.empty()) return Status::ok();
+  return ordered(stream, [&](cudaStream_t) {
+    Status result = Status::ok();
+    for (const Launch& l : launches) {
+      result = launchOnStream(l, l.p2p != 0 ? l.nworks : nchannels_, nthreads_, stream);
+      if (!result.isOk()) break;
+    }
+    return result;
+  });
+}
+
+Status CudaDeviceComm::enqueueAlone(const DeviceCall* calls, size_t n, void* stream) {
+  // Every collective of one rank is out = op(in) over count elements; only PreMulSum changes
+  // the values (the sum, product, extremes and average of one value are that value).
+  bool anyWork = false;
+  for (size_t i = 0; i < n && !anyWork; ++i)
+    anyWork = calls[i].count > 0 &&
+              (calls[i].sendbuff != calls[i].recvbuff || calls[i].op.kind == RedKind::kPreMulSum);
+  if (!anyWork) return Status::ok();
+  return ordered(stream, [&](cudaStream_t s) {
+    for (size_t i = 0; i < n; ++i) {
+      const DeviceCall& c = calls[i];
+      if (c.count == 0) continue;
+      const bool copyOnly = c.coll == Collective::kAllGather || c.coll == Collective::kBroadcast ||
+                            c.op.kind != RedKind::kPreMulSum;
+      if (copyOnly) {
+        if (c.sendbuff == c.recvbuff) continue;
+        cudaError_t err = cudaMemcpyAsync(c.recvbuff, c.sendbuff, deviceCallBytes(c, 1),
+                                          cudaMemcpyDeviceToDevice, s);
+        if (err != cudaSuccess) return cudaFailure(err, "cudaMemcpyAsync");
+        continue;
+      }
+      std::vector<Launch> launches;
+      CHORUS_TRY(encodeLaunches(shape_, commDev_, &c, 1, &launches));
+      for (const Launch& l : launches) CHORUS_TRY(launchOnStream(l, nchannels_, nthreads_, s));
+    }
+    return Status::ok();
+  });
 }
 
 Status CudaDeviceComm::checkStream(void* stream) const {
@@ -692,6 +739,7 @@ Status CudaDeviceComm::checkStream(void* stream) const {
 
 Status CudaDeviceComm::enqueue(const DeviceCall* calls, size_t n, void* stream) {
   CHORUS_TRY(checkStream(stream));
+  if (shape_.nranks == 1) return enqueueAlone(calls, n, stream);
   std::vector<Launch> launches;
   CHORUS_TRY(encodeLaunches(shape_, commDev_, calls, n, &launches));
   return launchAll(launches, stream);
@@ -709,9 +757,56 @@ Status CudaDeviceComm::enqueueP2p(const DeviceP2p* ops, size_t n, void* stream) 
         "with peer access)",
         rank_, op.isSend ? "ncclSend to" : "ncclRecv from", op.peer, p2pRefusal_.c_str());
   }
-  std::vector<Launch> launches;
-  CHORUS_TRY(encodeP2pLaunches(shape_, commDev_, rank_, ops, n, &launches));
-  return launchAll(launches, stream);
+  // A send whose bytes overlap a receive of the group (an in-place all-to-all, a send and a
+  // receive of one buffer) is read from a copy taken first: the group's transfers run at once,
+  // so a receive could overwrite what a send has yet to read. The copy is stream-ordered memory
+  // (cudaMallocAsync), which a CUDA graph may capture.
+  auto overlaps = [](const void* a, const void* b, size_t bytes) {
+    auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+    return x < y + bytes && y < x + bytes;
+  };
+  std::vector<DeviceP2p> staged(ops, ops + n);
+  std::vector<size_t> stageAt(n, SIZE_MAX);
+  size_t stageBytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!ops[i].isSend || ops[i].bytes == 0) continue;
+    for (size_t j = 0; j < n; ++j) {
+      if (ops[j].isSend || ops[j].bytes != ops[i].bytes) continue;
+      if (!overlaps(ops[i].sendbuff, ops[j].recvbuff, ops[i].bytes)) continue;
+      stageAt[i] = stageBytes;
+      stageBytes += (ops[i].bytes + 255) / 256 * 256;
+      break;
+    }
+  }
+  if (stageBytes == 0) {
+    std::vector<Launch> launches;
+    CHORUS_TRY(encodeP2pLaunches(shape_, commDev_, rank_, ops, n, &launches));
+    return launchAll(launches, stream);
+  }
+  return ordered(stream, [&](cudaStream_t s) {
+    char* copy = nullptr;
+    cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&copy), stageBytes, s);
+    if (err != cudaSuccess)
+      return cudaFailure(err, formatString("rank %d: cudaMallocAsync of %zu bytes for the sends "
+                                           "that overlap receives of the group",
+                                           rank_, stageBytes));
+    Status result = Status::ok();
+    for (size_t i = 0; i < n && result.isOk(); ++i) {
+      if (stageAt[i] == SIZE_MAX) continue;
+      err = cudaMemcpyAsync(copy + stageAt[i], ops[i].sendbuff, ops[i].bytes,
+                            cudaMemcpyDeviceToDevice, s);
+      if (err != cudaSuccess) result = cudaFailure(err, "cudaMemcpyAsync");
+      staged[i].sendbuff = copy + stageAt[i];
+    }
+    std::vector<Launch> launches;
+    if (result.isOk())
+      result = encodeP2pLaunches(shape_, commDev_, rank_, staged.data(), n, &launches);
+    for (size_t i = 0; i < launches.size() && result.isOk(); ++i)
+      result = launchOnStream(launches[i], launches[i].nworks, nthreads_, s);
+    err = cudaFreeAsync(copy, s);
+    if (result.isOk() && err != cudaSuccess) result = cudaFailure(err, "cudaFreeAsync");
+    return result;
+  });
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // A rank's device communicator state: the ring channels' FIFOs in GPU memory, connected to the
 // ring neighbours through CUDA IPC (or directly within one process), a FIFO link to every other
 // rank for sends and receives, the communicator as its kernels see it (dev_work.h) in device
-// memory, and the enqueue of planned launches on the caller's stream. Usable from code built without the CUDA headers; in a build without CUDA
-// every entry point reports that CUDA support was not built.
+// memory, and the enqueue of planned launches on the caller's stream. Usable from code built
+// without the CUDA headers; in a build without CUDA every entry point reports that CUDA support was
+// not built.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,7 @@ struct DeviceCommSetup {
   uint64_t hostId = 0;
   DevicePathOptions paths;
   int nchannels = 4;
+  int nthreads = 512;  // per block: a multiple of 32 in [kMinBlockThreads, kBlockThreads]
   uint32_t nslots[kNumProtos] = {8, 8};
   uint32_t slotBytes[kNumProtos] = {16384, 131072};  // LL lines, Simple data
   DeviceShape shape;                                 // channel bounds and protocols

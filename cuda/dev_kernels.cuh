@@ -1,5 +1,5 @@
 // The collective kernels: runChannel (dev_kernel.h) instantiated for every reduction kind of
-// one element format, one block per channel, kBlockThreads threads a block. Each data type's
+// one element format, one block per channel, up to kBlockThreads threads a block. Each data type's
 // kernels are compiled in a file of their own (dev_kernels_type.cu.in), so the build spreads
 // them over the cores.
 #pragma once
@@ -39,11 +39,11 @@ __global__ void __launch_bounds__(kBlockThreads) collectiveKernel(Launch launch)
 }
 
 template <class F>
-Status launchFormat(const Launch& launch, int nblocks, void* stream) {
+Status launchFormat(const Launch& launch, int nblocks, int nthreads, void* stream) {
   cudaError_t err = cudaSuccess;
   bool known = withKind<F>(static_cast<RedKind>(launch.works[0].redKind), [&](auto, auto kind) {
     collectiveKernel<F, decltype(kind)::kKind>
-        <<<nblocks, kBlockThreads, 0, static_cast<cudaStream_t>(stream)>>>(launch);
+        <<<nblocks, nthreads, 0, static_cast<cudaStream_t>(stream)>>>(launch);
     err = cudaGetLastError();
   });
   if (!known)

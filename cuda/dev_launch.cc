@@ -6,18 +6,18 @@ namespace chorus {
 namespace dev {
 
 // One per data type, each in its own generated file (dev_kernels_type.cu.in).
-Status launchType0(const Launch&, int, void*);
-Status launchType1(const Launch&, int, void*);
-Status launchType2(const Launch&, int, void*);
-Status launchType3(const Launch&, int, void*);
-Status launchType4(const Launch&, int, void*);
-Status launchType5(const Launch&, int, void*);
-Status launchType6(const Launch&, int, void*);
-Status launchType7(const Launch&, int, void*);
-Status launchType8(const Launch&, int, void*);
-Status launchType9(const Launch&, int, void*);
-Status launchType10(const Launch&, int, void*);
-Status launchType11(const Launch&, int, void*);
+Status launchType0(const Launch&, int, int, void*);
+Status launchType1(const Launch&, int, int, void*);
+Status launchType2(const Launch&, int, int, void*);
+Status launchType3(const Launch&, int, int, void*);
+Status launchType4(const Launch&, int, int, void*);
+Status launchType5(const Launch&, int, int, void*);
+Status launchType6(const Launch&, int, int, void*);
+Status launchType7(const Launch&, int, int, void*);
+Status launchType8(const Launch&, int, int, void*);
+Status launchType9(const Launch&, int, int, void*);
+Status launchType10(const Launch&, int, int, void*);
+Status launchType11(const Launch&, int, int, void*);
 
 Status preloadType0(int*);
 Status preloadType1(int*);
@@ -42,8 +42,8 @@ Result<int> preloadKernels() {
   return minBlocks;
 }
 
-Status launchOnStream(const Launch& launch, int nblocks, void* cudaStream) {
-  using Fn = Status (*)(const Launch&, int, void*);
+Status launchOnStream(const Launch& launch, int nblocks, int nthreads, void* cudaStream) {
+  using Fn = Status (*)(const Launch&, int, int, void*);
   static constexpr Fn kByType[] = {launchType0, launchType1, launchType2,  launchType3,
                                    launchType4, launchType5, launchType6,  launchType7,
                                    launchType8, launchType9, launchType10, launchType11};
@@ -52,10 +52,12 @@ Status launchOnStream(const Launch& launch, int nblocks, void* cudaStream) {
   if (launch.nworks == 0) return Status::ok();
   if (launch.nworks > kMaxLaunchWorks || nblocks < 1 || nblocks > kMaxChannels)
     return invalidArgument("launch of %d works on %d blocks", launch.nworks, nblocks);
+  if (nthreads < kMinBlockThreads || nthreads > kBlockThreads || nthreads % 32 != 0)
+    return invalidArgument("launch of blocks of %d threads", nthreads);
   const unsigned type = launch.works[0].type;
   if (type >= static_cast<unsigned>(DataType::kNumTypes))
     return invalidArgument("no collective kernel for data type %u", type);
-  return kByType[type](launch, nblocks, cudaStream);
+  return kByType[type](launch, nblocks, nthreads, cudaStream);
 }
 
 }  // namespace dev

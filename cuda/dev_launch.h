@@ -10,8 +10,9 @@ namespace chorus {
 namespace dev {
 
 // nblocks: the device communicator's channel count (every launch runs that many blocks; the
-// grid barrier counts on it). Returns kUnhandledCudaError when the launch fails.
-Status launchOnStream(const Launch& launch, int nblocks, void* cudaStream);
+// grid barrier counts on it); nthreads: threads per block, a multiple of 32 in
+// [kMinBlockThreads, kBlockThreads]. Returns kUnhandledCudaError when the launch fails.
+Status launchOnStream(const Launch& launch, int nblocks, int nthreads, void* cudaStream);
 
 // Loads every collective kernel on the current device now and returns the fewest blocks of any
 // of them one multiprocessor holds at once. CUDA loads kernels lazily by default, and loading

@@ -125,6 +125,7 @@ template <class F, RedKind K, Proto P, class Block>
 class RingPrims {
   using S = typename F::Store;
   using C = typename F::Compute;
+  static constexpr int kUnroll = 4;  // 16-byte packs each thread has in flight (Simple)
 
  public:
   // input/output: this channel's slice of the user's buffers. The step counters are read from
@@ -233,14 +234,18 @@ class RingPrims {
     bool lost = false;
     if (P == Proto::kSimple) {
       moveSimple<kStep, useLocal, useRecv, useSend, useOut>(recvSlot, local, sendSlot, output, n);
-      if (useSend) fenceSystem();
     } else {
       lost =
           !moveLl<kStep, useLocal, useRecv, useSend, useOut>(recvSlot, local, sendSlot, output, n);
     }
     if (block_.syncOr(lost)) return false;
     if (block_.tid == 0) {
-      if (P == Proto::kSimple && useSend) storeRelease(send_.tail, sendStep_ + 1);
+      // The barrier above ordered the block's slot stores before this thread's fence, which
+      // orders them before the counter for the receiver, wherever it runs.
+      if (P == Proto::kSimple && useSend) {
+        fenceSystem();
+        storeRelease(send_.tail, sendStep_ + 1);
+      }
       if (useRecv) storeRelease(recv_.head, recvStep_ + 1);
     }
     if (useSend) ++sendStep_;
@@ -257,19 +262,54 @@ class RingPrims {
     }
   }
 
-  // Simple: 16-byte packs when every pointer allows, then single elements.
+  // Simple: 16-byte packs when every pointer allows, then single elements. Each thread loads
+  // kUnroll packs (kUnroll * nthreads apart, so a warp's accesses stay contiguous) before it
+  // stores any, so that several loads are in flight.
+  template <Step kStep, bool useLocal, bool useRecv, bool useSend, bool useOut>
+  CHORUS_HD void movePacks(const char* recvSlot, const char* local, char* sendSlot, char* output,
+                           size_t first, size_t stride) {
+    constexpr size_t kLanes = 16 / sizeof(S);
+    Pack16<S> a[kUnroll], b[kUnroll];
+    for (int u = 0; u < kUnroll; ++u) {
+      const size_t at = (first + static_cast<size_t>(u) * stride) * 16;
+      // The first operand is the peer's when there is one, else the local input.
+      if (useRecv) {
+        loadPeer16(recvSlot + at, a[u].words);
+      } else {
+        load16(local + at, a[u].words);
+      }
+      if (useRecv && useLocal) load16(local + at, b[u].words);
+    }
+    for (int u = 0; u < kUnroll; ++u) {
+      const size_t at = (first + static_cast<size_t>(u) * stride) * 16;
+      Pack16<S> r;
+      for (size_t j = 0; j < kLanes; ++j)
+        r.lanes[j] =
+            apply<kStep>(a[u].lanes[j], useRecv && useLocal ? b[u].lanes[j] : a[u].lanes[j]);
+      if (useSend) store16(sendSlot + at, r.words);
+      if (useOut) store16(output + at, r.words);
+    }
+  }
+
   template <Step kStep, bool useLocal, bool useRecv, bool useSend, bool useOut>
   CHORUS_HD void moveSimple(const char* recvSlot, const char* local, char* sendSlot, char* output,
                             size_t n) {
     constexpr size_t kLanes = 16 / sizeof(S);
     const int tid = block_.tid, nthreads = block_.nthreads;
+    const size_t threads = static_cast<size_t>(nthreads);
     size_t begin = 0;
     const bool packed = (!useLocal || aligned16(local)) && (!useOut || aligned16(output));
     if (packed) {
       const size_t packs = n / kLanes;
-      for (size_t i = static_cast<size_t>(tid); i < packs; i += static_cast<size_t>(nthreads)) {
+      // Whole rounds of kUnroll packs per thread, then one pack per thread.
+      const size_t rounds = packs / (threads * kUnroll);
+      for (size_t r = 0; r < rounds; ++r)
+        movePacks<kStep, useLocal, useRecv, useSend, useOut>(
+            recvSlot, local, sendSlot, output, r * threads * kUnroll + static_cast<size_t>(tid),
+            threads);
+      for (size_t i = rounds * threads * kUnroll + static_cast<size_t>(tid); i < packs;
+           i += threads) {
         Pack16<S> a, b, r;
-        // The first operand is the peer's when there is one, else the local input.
         if (useRecv) {
           loadPeer16(recvSlot + i * 16, a.words);
         } else {

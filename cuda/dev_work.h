@@ -12,12 +12,14 @@
 namespace chorus {
 namespace dev {
 
-constexpr int kMaxChannels = 16;    // ring channels of a device communicator
+constexpr int kMaxChannels = 32;    // ring channels of a device communicator
 constexpr int kMaxLaunchWorks = 8;  // collectives (or point-to-point transfers) one launch carries
 // A point-to-point launch serves this many peer distances: a send and a receive block each
 // (the copy to itself, distance 0, one block).
 constexpr int kP2pDistancesPerLaunch = kMaxLaunchWorks / 2;
-constexpr int kBlockThreads = 256;  // threads of one channel's block
+// Threads of one channel's block: at most kBlockThreads (CHORUS_DEVICE_THREADS chooses).
+constexpr int kBlockThreads = 512;
+constexpr int kMinBlockThreads = 64;
 
 enum class Proto : uint8_t {
   kLl = 0,      // 16-byte lines of 8 data bytes and two flags: no separate flag wait

@@ -327,13 +327,8 @@ extern "C" ncclResult_t pncclAlltoAll(const void* sendbuff, void* recvbuff, size
     CHORUS_TRY(checkBuffer(sendbuff, count, n, datatype, "sendbuff", fn));
     CHORUS_TRY(checkBuffer(recvbuff, count, n, datatype, "recvbuff", fn));
     size_t bytes = count * dataTypeSize(a.type);
-    // In place (one buffer) is fine on host memory: the executor sends overwritten blocks from
-    // a copy. Device transfers run at once, each block read while the others are written.
-    if (!c->isHost() && sendbuff == recvbuff && n > 1 && bytes > 0)
-      return invalidUsage(
-          "%s: sendbuff == recvbuff (in place) is not supported on a device communicator; "
-          "pass a separate recvbuff",
-          fn);
+    // In place (one buffer): the host executor sends overwritten blocks from a copy, and a
+    // device communicator copies the sends that overlap receives before the transfers start.
     CHORUS_TRY(checkInPlaceOrDisjoint(sendbuff, bytes * n, recvbuff, bytes * n, recvbuff, fn));
     std::vector<P2pOp> ops;
     for (int p = 0; p < n; ++p) {

@@ -159,10 +159,12 @@ const std::vector<ParamDef> kParams = {
      "send bf16, or fp8 e4m3 with a scale per 256 values, with error feedback per send buffer "
      "(none, bf16, fp8); lossy, the same bits on every rank",
      false},
-    {"DEVICE_CHANNELS", ParamType::kInt, "8",
-     "Ring channels a device communicator connects (1..16); each collective kernel runs one "
+    {"DEVICE_CHANNELS", ParamType::kInt, "16",
+     "Ring channels a device communicator connects (1..32); each collective kernel runs one "
      "block per channel",
      false},
+    {"DEVICE_THREADS", ParamType::kInt, "512",
+     "Threads of each block of a device communicator's kernels (64..512, a multiple of 32)", false},
     {"PROTO", ParamType::kString, "",
      "Protocols device communicators may use: comma list of LL, Simple (LL128 is accepted and "
      "has no effect); ^ in front excludes them",

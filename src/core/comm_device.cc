@@ -23,6 +23,11 @@ Status Communicator::initDevice(const LocalTopology& topo) {
   s.shape.protos = protos.value();
   s.shape.minChannels = tuning_.minChannels;
   s.shape.maxChannels = tuning_.maxChannels;
+  s.nthreads = static_cast<int>(paramInt("DEVICE_THREADS"));
+  if (s.nthreads < dev::kMinBlockThreads || s.nthreads > dev::kBlockThreads || s.nthreads % 32 != 0)
+    return invalidArgument("rank %d init: %s=%d is not a multiple of 32 in [%d, %d]", rank_,
+                           paramRaw("DEVICE_THREADS").source.c_str(), s.nthreads,
+                           dev::kMinBlockThreads, dev::kBlockThreads);
   s.nchannels = static_cast<int>(paramInt("DEVICE_CHANNELS"));
   if (s.nchannels < 1 || s.nchannels > dev::kMaxChannels)
     return invalidArgument("rank %d init: %s=%d is outside [1, %d]", rank_,
