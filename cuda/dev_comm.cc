@@ -757,32 +757,16 @@ Status CudaDeviceComm::enqueueP2p(const DeviceP2p* ops, size_t n, void* stream) 
         "with peer access)",
         rank_, op.isSend ? "ncclSend to" : "ncclRecv from", op.peer, p2pRefusal_.c_str());
   }
-  // A send whose bytes overlap a receive of the group (an in-place all-to-all, a send and a
-  // receive of one buffer) is read from a copy taken first: the group's transfers run at once,
-  // so a receive could overwrite what a send has yet to read. The copy is stream-ordered memory
-  // (cudaMallocAsync), which a CUDA graph may capture.
-  auto overlaps = [](const void* a, const void* b, size_t bytes) {
-    auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
-    return x < y + bytes && y < x + bytes;
-  };
-  std::vector<DeviceP2p> staged(ops, ops + n);
-  std::vector<size_t> stageAt(n, SIZE_MAX);
-  size_t stageBytes = 0;
-  for (size_t i = 0; i < n; ++i) {
-    if (!ops[i].isSend || ops[i].bytes == 0) continue;
-    for (size_t j = 0; j < n; ++j) {
-      if (ops[j].isSend || ops[j].bytes != ops[i].bytes) continue;
-      if (!overlaps(ops[i].sendbuff, ops[j].recvbuff, ops[i].bytes)) continue;
-      stageAt[i] = stageBytes;
-      stageBytes += (ops[i].bytes + 255) / 256 * 256;
-      break;
-    }
-  }
+  // Sends that overlap receives of the group are read from a copy taken first, in
+  // stream-ordered memory (cudaMallocAsync), which a CUDA graph may capture.
+  std::vector<size_t> stageAt;
+  const size_t stageBytes = planSendCopies(ops, n, &stageAt);
   if (stageBytes == 0) {
     std::vector<Launch> launches;
     CHORUS_TRY(encodeP2pLaunches(shape_, commDev_, rank_, ops, n, &launches));
     return launchAll(launches, stream);
   }
+  std::vector<DeviceP2p> staged(ops, ops + n);
   return ordered(stream, [&](cudaStream_t s) {
     char* copy = nullptr;
     cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&copy), stageBytes, s);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <utility>
 
 #include "common/param.h"
 
@@ -185,6 +186,35 @@ Status encodeLaunches(const DeviceShape& shape, const Comm* comm, const DeviceCa
     current->works[current->nworks++] = w;
   }
   return Status::ok();
+}
+
+size_t planSendCopies(const DeviceP2p* ops, size_t n, std::vector<size_t>* at) {
+  // Receive ranges by start, with the largest end among each prefix: a send [s, e) overlaps a
+  // receive when one of those starting before e ends after s.
+  std::vector<std::pair<uintptr_t, uintptr_t>> recvs;
+  for (size_t i = 0; i < n; ++i)
+    if (!ops[i].isSend && ops[i].bytes > 0) {
+      const auto begin = reinterpret_cast<uintptr_t>(ops[i].recvbuff);
+      recvs.emplace_back(begin, begin + ops[i].bytes);
+    }
+  std::sort(recvs.begin(), recvs.end());
+  std::vector<uintptr_t> maxEnd(recvs.size());
+  for (size_t k = 0; k < recvs.size(); ++k)
+    maxEnd[k] = std::max(recvs[k].second, k > 0 ? maxEnd[k - 1] : 0);
+  at->assign(n, SIZE_MAX);
+  size_t bytes = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!ops[i].isSend || ops[i].bytes == 0) continue;
+    const auto begin = reinterpret_cast<uintptr_t>(ops[i].sendbuff);
+    const auto end = begin + ops[i].bytes;
+    const size_t before = static_cast<size_t>(
+        std::lower_bound(recvs.begin(), recvs.end(), std::make_pair(end, uintptr_t{0})) -
+        recvs.begin());
+    if (before == 0 || maxEnd[before - 1] <= begin) continue;
+    (*at)[i] = bytes;
+    bytes += (ops[i].bytes + 255) / 256 * 256;
+  }
+  return bytes;
 }
 
 Proto chooseP2pProto(const ProtoMask& protos, size_t bytes) {

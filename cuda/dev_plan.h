@@ -85,6 +85,12 @@ struct DeviceP2p {
   size_t bytes = 0;
 };
 
+// The sends of a group whose bytes overlap a receive of the same group (an in-place all-to-all,
+// a send and a receive of one buffer): (*at)[i] is send i's offset in one copy buffer, SIZE_MAX
+// for the others; returns the copy's size (0: none overlaps). The group's transfers run at
+// once, so such a send is read from a copy taken before them. O(n log n) in the group's size.
+size_t planSendCopies(const DeviceP2p* ops, size_t n, std::vector<size_t>* at);
+
 // The protocol of a transfer of `bytes`: both ends choose from the size alone, so they agree.
 Proto chooseP2pProto(const ProtoMask& protos, size_t bytes);
 

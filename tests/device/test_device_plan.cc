@@ -21,6 +21,38 @@ namespace chorus {
 namespace dev {
 namespace {
 
+// Sends that overlap a receive of their group get a place in the copy; the others none.
+TEST(SendCopies, OnlySendsOverlappingAReceiveAreCopied) {
+  static char buf[4096];
+  auto send = [](const char* p, size_t bytes) {
+    DeviceP2p op;
+    op.isSend = true;
+    op.sendbuff = p;
+    op.bytes = bytes;
+    return op;
+  };
+  auto recv = [](char* p, size_t bytes) {
+    DeviceP2p op;
+    op.recvbuff = p;
+    op.bytes = bytes;
+    return op;
+  };
+  // An in-place all-to-all of 3 blocks of 100 bytes: every send overlaps.
+  std::vector<DeviceP2p> inPlace;
+  for (int b = 0; b < 3; ++b) {
+    inPlace.push_back(send(buf + 100 * b, 100));
+    inPlace.push_back(recv(buf + 100 * b, 100));
+  }
+  std::vector<size_t> at;
+  EXPECT_EQ(planSendCopies(inPlace.data(), inPlace.size(), &at), 3u * 256);
+  EXPECT_EQ(at, (std::vector<size_t>{0, SIZE_MAX, 256, SIZE_MAX, 512, SIZE_MAX}));
+  // Disjoint buffers, touching ends, and a send inside a larger receive of another size.
+  std::vector<DeviceP2p> mixed = {send(buf, 100),       recv(buf + 100, 100), send(buf + 1000, 10),
+                                  recv(buf + 900, 300), send(buf + 2000, 0),  recv(buf + 2000, 8)};
+  EXPECT_EQ(planSendCopies(mixed.data(), mixed.size(), &at), 256u);
+  EXPECT_EQ(at, (std::vector<size_t>{SIZE_MAX, SIZE_MAX, 0, SIZE_MAX, SIZE_MAX, SIZE_MAX}));
+}
+
 TEST(ProtoList, NamesAndExclusions) {
   Result<ProtoMask> m = parseProtoList("LL", "NCCL_PROTO=LL");
   ASSERT_TRUE(m.isOk());
