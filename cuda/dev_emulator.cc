@@ -1,11 +1,16 @@
 #include "cuda/dev_emulator.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <thread>
 
 #include "cuda/dev_dispatch.h"
 #include "cuda/dev_kernel.h"
+#include "transport/connector.h"
+#include "transport/device_proxy.h"
 
 namespace chorus {
 namespace dev {
@@ -88,6 +93,21 @@ struct EmuClique::FifoMemory {
   alignas(64) uint64_t head[kNumProtos][8] = {};
   uint64_t sendStep[kNumProtos] = {};
   uint64_t recvStep[kNumProtos] = {};
+  std::vector<uint32_t> sizes[kNumProtos];  // proxied links: what the sender wrote per slot
+};
+
+// A host connector FIFO between two proxies, as a host transport would build one.
+struct EmuClique::HostFifo {
+  ::chorus::FifoMemory memory;
+  SendConnector send;
+  RecvConnector recv;
+  explicit HostFifo(const FifoGeometry& geometry)
+      : memory(static_cast<void*>(aligned_alloc(4096, geometry.totalBytes()))) {
+    if (!memory) throw std::bad_alloc();
+    fifoInit(memory.get(), geometry);
+    send = SendConnector(memory.get());
+    recv = RecvConnector(memory.get());
+  }
 };
 
 // One end's view of the FIFO of protocol p in m; step is that end's own position.
@@ -100,7 +120,35 @@ Fifo EmuClique::fifoView(FifoMemory& m, int p, uint64_t* step, const EmuGeometry
   f.step = step;
   f.nslots = g.nslots[p];
   f.slotBytes = g.slotBytes[p];
+  if (!m.sizes[p].empty()) f.sizes = m.sizes[p].data();
   return f;
+}
+
+EmuClique::FifoMemory& EmuClique::newMemory(const EmuGeometry& g, bool withSlots) {
+  auto m = std::make_unique<FifoMemory>();
+  for (int p = 0; p < kNumProtos; ++p) {
+    m->slots[p].assign(withSlots ? static_cast<size_t>(g.nslots[p]) * g.slotBytes[p] + 16 : 0, 0);
+    if (g.proxied) m->sizes[p].assign(g.nslots[p], 0);
+  }
+  FifoMemory& ref = *m;
+  local_.push_back(std::move(m));
+  return ref;
+}
+
+void EmuClique::bridge(FifoMemory& local, FifoMemory& remote, int sender, int receiver,
+                       const EmuGeometry& g, const char* what) {
+  for (int p = 0; p < kNumProtos; ++p) {
+    hostFifos_.push_back(std::make_unique<HostFifo>(FifoGeometry{g.nslots[p], g.slotBytes[p]}));
+    HostFifo& h = *hostFifos_.back();
+    const std::string name = std::string(what) + " " + std::to_string(sender) + " -> " +
+                             std::to_string(receiver) + (p == 0 ? ", LL" : ", Simple");
+    Status s = proxies_[static_cast<size_t>(sender)]->addSend(
+        fifoView(local, p, &local.sendStep[p], g), &h.send, name);
+    if (s.isOk())
+      s = proxies_[static_cast<size_t>(receiver)]->addRecv(
+          &h.recv, fifoView(remote, p, &remote.recvStep[p], g), static_cast<Proto>(p), name);
+    if (!s.isOk()) throw std::logic_error(s.message());
+  }
 }
 
 EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& ringOrder)
@@ -109,6 +157,8 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
       errors_(static_cast<size_t>(nranks), 0) {
   for (int i = 0; i < nranks; ++i)
     ring_.push_back(ringOrder.empty() ? i : ringOrder[static_cast<size_t>(i)]);
+  if (g.proxied)
+    for (int r = 0; r < nranks; ++r) proxies_.push_back(std::make_unique<DeviceProxy>());
   // One FIFO per (receiving rank, channel): rank r receives from its ring predecessor.
   for (int r = 0; r < nranks; ++r)
     for (int c = 0; c < g.nchannels; ++c) {
@@ -134,8 +184,10 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
     comm->abortFlag = &abortFlag_;
     comm->errorFlag = &errors_[static_cast<size_t>(rank)];
     for (int c = 0; c < g.nchannels; ++c) {
-      FifoMemory& in = fifoOf(rank, c);   // filled by the predecessor
-      FifoMemory& out = fifoOf(next, c);  // the successor's
+      FifoMemory& in = fifoOf(rank, c);  // filled by the predecessor
+      // The successor's, or one of this rank's own that a proxy forwards into it.
+      FifoMemory& out = g.proxied && nranks > 1 ? newMemory(g, true) : fifoOf(next, c);
+      if (&out != &fifoOf(next, c)) bridge(out, fifoOf(next, c), rank, next, g, "ring");
       for (int p = 0; p < kNumProtos; ++p) {
         comm->channels[c].send[p] = fifoView(out, p, &out.sendStep[p], g);
         comm->channels[c].recv[p] = fifoView(in, p, &in.recvStep[p], g);
@@ -160,8 +212,9 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
     links.resize(static_cast<size_t>(nranks));
     for (int other = 0; other < nranks; ++other) {
       if (other == me) continue;
-      FifoMemory& out = linkOf(other, me);
       FifoMemory& in = linkOf(me, other);
+      FifoMemory& out = g.proxied ? newMemory(g, true) : linkOf(other, me);
+      if (g.proxied) bridge(out, linkOf(other, me), me, other, g, "link");
       for (int p = 0; p < kNumProtos; ++p) {
         links[static_cast<size_t>(other)].send[p] = fifoView(out, p, &out.sendStep[p], g);
         links[static_cast<size_t>(other)].recv[p] = fifoView(in, p, &in.recvStep[p], g);
@@ -169,9 +222,20 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
     }
     comms_[static_cast<size_t>(me)]->peers = links.data();
   }
+  for (auto& proxy : proxies_) proxy->start();
 }
 
-EmuClique::~EmuClique() = default;
+EmuClique::~EmuClique() {
+  for (auto& proxy : proxies_) proxy->stop();
+}
+
+std::string EmuClique::proxyError() const {
+  for (const auto& proxy : proxies_) {
+    Status s = proxy->error();
+    if (!s.isOk()) return s.message();
+  }
+  return std::string();
+}
 
 bool emuRunLaunch(const Launch& launch, int threadsPerBlock) {
   if (launch.nworks == 0) return true;

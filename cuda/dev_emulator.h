@@ -7,9 +7,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cuda/dev_work.h"
+
+namespace chorus {
+class DeviceProxy;
+}
 
 namespace chorus {
 namespace dev {
@@ -18,6 +23,11 @@ struct EmuGeometry {
   int nchannels = 2;
   uint32_t nslots[kNumProtos] = {4, 4};
   uint32_t slotBytes[kNumProtos] = {1024, 4096};  // LL, Simple
+  // Every link as a device communicator builds one that is not peer-to-peer: the sender's
+  // kernel writes into a FIFO of its own, a proxy thread of the sending rank forwards each slot
+  // through a host FIFO, and one of the receiving rank delivers it into the receiver's FIFO
+  // (transport/device_proxy.h).
+  bool proxied = false;
 };
 
 // Host memory for the FIFOs of nranks ranks in a ring 0 -> 1 -> ... -> nranks-1 -> 0 (or the
@@ -35,10 +45,17 @@ class EmuClique {
   const int32_t* ringRanks() const { return ring_.data(); }
   // Stops every waiting block (as ncclCommAbort raises the device's abort flag).
   void abort() { __atomic_store_n(&abortFlag_, 1u, __ATOMIC_RELEASE); }
+  // The first failure a proxy met (proxied cliques), or "".
+  std::string proxyError() const;
 
  private:
   struct FifoMemory;
+  struct HostFifo;
   static Fifo fifoView(FifoMemory& m, int p, uint64_t* step, const EmuGeometry& g);
+  FifoMemory& newMemory(const EmuGeometry& g, bool withSlots);
+  // Sends of `sender` written into `local`, delivered into `remote` of `receiver`.
+  void bridge(FifoMemory& local, FifoMemory& remote, int sender, int receiver, const EmuGeometry& g,
+              const char* what);
   int nranks_;
   std::vector<int32_t> ring_;
   std::vector<std::unique_ptr<Comm>> comms_;
@@ -48,6 +65,9 @@ class EmuClique {
   std::vector<uint64_t> barriers_;
   std::vector<uint32_t> errors_;
   uint32_t abortFlag_ = 0;
+  std::vector<std::unique_ptr<FifoMemory>> local_;  // senders' ends of proxied links
+  std::vector<std::unique_ptr<HostFifo>> hostFifos_;
+  std::vector<std::unique_ptr<DeviceProxy>> proxies_;  // by rank; stopped before the rest goes
 };
 
 // Runs one launch of one rank to completion on this thread plus (blocks x threadsPerBlock - 1)

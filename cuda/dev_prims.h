@@ -241,8 +241,16 @@ class RingPrims {
     if (block_.syncOr(lost)) return false;
     if (block_.tid == 0) {
       // The barrier above ordered the block's slot stores before this thread's fence, which
-      // orders them before the counter for the receiver, wherever it runs.
-      if (P == Proto::kSimple && useSend) {
+      // orders them before the counter for the receiver, wherever it runs. A proxy forwarding
+      // the slot learns its size here (LL: whole lines, flags included).
+      if (useSend && send_.sizes != nullptr) {
+        const size_t bytes =
+            P == Proto::kLl ? (n * sizeof(S) + kLlDataBytes - 1) / kLlDataBytes * sizeof(LlLine)
+                            : n * sizeof(S);
+        *static_cast<volatile uint32_t*>(send_.sizes + sendStep_ % send_.nslots) =
+            static_cast<uint32_t>(bytes);
+      }
+      if (useSend && (P == Proto::kSimple || send_.sizes != nullptr)) {
         fenceSystem();
         storeRelease(send_.tail, sendStep_ + 1);
       }

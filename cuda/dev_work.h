@@ -45,11 +45,17 @@ enum class Coll : uint8_t {
 // memory (device memory of its GPU, or mapped host memory); `step` in this end's own memory
 // holds how many slots this end has moved through the FIFO so far, so a kernel starts where
 // the last one stopped without the host tracking it.
+//
+// A FIFO whose far end is a host proxy (transport/device_proxy.h: the link goes through host
+// memory and a host transport) lives in mapped host memory on the side of the kernel that uses
+// it and has `sizes`: the sender writes each slot's byte count there and publishes tail for LL
+// too, so that the proxy knows what to forward without parsing lines.
 struct Fifo {
-  char* slots = nullptr;     // nslots x slotBytes (LL: lines)
-  uint64_t* tail = nullptr;  // Simple: slots the sender published
-  uint64_t* head = nullptr;  // slots the receiver released
-  uint64_t* step = nullptr;  // this end's position
+  char* slots = nullptr;      // nslots x slotBytes (LL: lines)
+  uint64_t* tail = nullptr;   // Simple (and LL with sizes): slots the sender published
+  uint64_t* head = nullptr;   // slots the receiver released
+  uint64_t* step = nullptr;   // this end's position
+  uint32_t* sizes = nullptr;  // per slot: bytes the sender wrote (proxied FIFOs only)
   uint32_t nslots = 0;
   uint32_t slotBytes = 0;
 };

@@ -180,6 +180,7 @@ void runCalls(int nranks, const std::vector<Call>& calls, bool fused, int thread
     });
   }
   for (std::thread& t : ranks) t.join();
+  ASSERT_EQ(clique.proxyError(), "");
   for (int r = 0; r < nranks; ++r) {
     ASSERT_TRUE(ok[static_cast<size_t>(r)]) << "rank " << r << ": no kernel for the work";
     ASSERT_EQ(clique.comm(r)->errorFlag[0], 0u);
@@ -278,6 +279,34 @@ TEST(KernelOnHost, ThreadsOfABlockInPlaceAndDeviceScalar) {
   EmuGeometry g;
   g.nchannels = 3;
   runCalls(3, calls, false, 4, g);
+}
+
+// Links that are not peer-to-peer (shared memory, sockets, networks): each kernel sends into a
+// FIFO of its own rank and proxy threads carry the slots through host FIFOs. Every collective,
+// both protocols, counts past the FIFO, several threads per block, fused and separate launches
+// on one clique (the proxies resume where the last launch stopped).
+TEST(KernelOnHost, ProxiedLinksCarryEveryCollective) {
+  for (int nranks : {2, 3}) {
+    std::vector<Call> calls;
+    for (Proto p : {Proto::kLl, Proto::kSimple})
+      for (size_t count : {size_t{1}, size_t{3001}, size_t{20000}}) {
+        calls.push_back(Call{Coll::kAllReduce, ncclFloat32, ref::kSum, count, p, 2});
+        calls.push_back(Call{Coll::kAllReduce, ncclBfloat16, ref::kMax, count, p, 1});
+        calls.push_back(Call{Coll::kAllReduce, ncclFloat8e4m3, ref::kAvg, count, p, 2});
+        calls.push_back(Call{Coll::kReduceScatter, ncclInt32, ref::kProd, count, p, 2});
+        calls.push_back(Call{Coll::kAllGather, ncclFloat16, ref::kSum, count, p, 2});
+        calls.push_back(Call{Coll::kBroadcast, ncclUint8, ref::kSum, count, p, 2, nranks - 1});
+        calls.push_back(Call{Coll::kReduce, ncclFloat64, ref::kMin, count, p, 2, 0});
+      }
+    EmuGeometry g;
+    g.proxied = true;
+    runCalls(nranks, calls, /*fused=*/false, 2, g);
+    // A launch runs on one kernel: the float32 sums fused.
+    std::vector<Call> sums;
+    for (const Call& c : calls)
+      if (c.type == ncclFloat32) sums.push_back(c);
+    runCalls(nranks, sums, /*fused=*/true, 1, g);
+  }
 }
 
 // One launch of several works: each channel runs them in order, the grid barrier between; and

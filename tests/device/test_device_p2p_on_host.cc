@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "cuda/dev_emulator.h"
+#include "transport/connector.h"
+#include "transport/device_proxy.h"
 #include "cuda/dev_plan.h"
 
 namespace chorus {
@@ -213,6 +215,7 @@ void runGroups(int nranks, const std::vector<Group>& groups, int threadsPerBlock
   }
   if (!finished) clique.abort();
   for (std::thread& t : ranks) t.join();
+  ASSERT_EQ(clique.proxyError(), "");
   ASSERT_TRUE(finished) << "the ranks did not finish: the schedule waits in a cycle";
   for (int r = 0; r < nranks; ++r) {
     ASSERT_TRUE(ok[r]) << "rank " << r << ": no kernel for a launch";
@@ -289,6 +292,24 @@ TEST(P2pOnHost, ExchangeLargerThanTheFifoBothWays) {
   Group ring;
   for (int r = 0; r < 4; ++r) ring.transfers.push_back(Transfer{r, (r + 1) % 4, 50001, 3, 5});
   runGroups(4, {ring, ring}, 3, g);
+}
+
+// Links through proxies and host FIFOs (as between ranks without peer-to-peer access): an
+// all-to-all of every size, both directions of a pair past the FIFO at once, a ring shift.
+TEST(P2pOnHost, ProxiedLinksCarryTransfers) {
+  EmuGeometry g;
+  g.proxied = true;
+  std::vector<Group> groups;
+  for (size_t bytes : {size_t{1}, size_t{1000}, size_t{4096 * 5 + 3}})
+    groups.push_back(allToAll(3, bytes));
+  runGroups(3, groups, 2, g);
+  Group x;
+  x.transfers.push_back(Transfer{0, 1, 100000, 0, 0});
+  x.transfers.push_back(Transfer{1, 0, 100000, 0, 0});
+  Group ring;
+  for (int r = 0; r < 4; ++r) ring.transfers.push_back(Transfer{r, (r + 1) % 4, 50001, 3, 5});
+  runGroups(2, {x, x}, 1, g);
+  runGroups(4, {ring}, 2, g);
 }
 
 // Several transfers between the same two ranks in one group arrive in call order.
@@ -372,4 +393,84 @@ TEST(P2pOnHost, TransferWithoutALinkStopsAndFlagsTheError) {
 
 }  // namespace
 }  // namespace dev
+}  // namespace chorus
+
+namespace chorus {
+namespace {
+
+// A host FIFO of 4 slots of 64 bytes, with both connectors.
+struct HostLink {
+  FifoMemory memory{aligned_alloc(4096, FifoGeometry{4, 64}.totalBytes())};
+  SendConnector send;
+  RecvConnector recv;
+  HostLink() {
+    fifoInit(memory.get(), FifoGeometry{4, 64});
+    send = SendConnector(memory.get());
+    recv = RecvConnector(memory.get());
+  }
+};
+
+// A proxy refuses links it cannot serve and reports, once, what goes wrong while it runs.
+TEST(DeviceProxy, RefusesAndReportsBadLinks) {
+  alignas(16) char slots[4 * 128] = {};
+  uint64_t tail = 0, head = 0, step = 0;
+  uint32_t sizes[4] = {};
+  dev::Fifo f;
+  f.slots = slots;
+  f.tail = &tail;
+  f.head = &head;
+  f.step = &step;
+  f.nslots = 4;
+  f.slotBytes = 128;
+  {
+    HostLink h;
+    DeviceProxy proxy;
+    Status s = proxy.addSend(f, &h.send, "ring channel 0 to rank 1, Simple");
+    EXPECT_FALSE(s.isOk());  // no sizes
+    f.sizes = sizes;
+    s = proxy.addSend(f, &h.send, "ring channel 0 to rank 1, Simple");
+    ASSERT_FALSE(s.isOk());
+    EXPECT_NE(s.message().find("128 bytes do not fit the host FIFO's 64"), std::string::npos)
+        << s.message();
+  }
+  {
+    // The peer sends more than a device slot holds.
+    HostLink h;
+    int failures = 0;
+    DeviceProxy proxy([&](const Status&) { ++failures; });
+    f.slotBytes = 32;
+    ASSERT_TRUE(proxy.addRecv(&h.recv, f, dev::Proto::kSimple, "ring 1 -> 0, Simple").isOk());
+    ASSERT_NE(h.send.tryAcquire(), nullptr);
+    h.send.post(48);
+    EXPECT_FALSE(proxy.progress());
+    EXPECT_FALSE(proxy.progress());
+    EXPECT_EQ(failures, 1);
+    EXPECT_NE(proxy.error().message().find("slot of 48 bytes into a FIFO of 32-byte slots"),
+              std::string::npos)
+        << proxy.error().message();
+    EXPECT_EQ(tail, 0u);  // nothing delivered
+  }
+  {
+    // Slots arrive, then the peer closes: the slots are delivered first, then the error raised.
+    HostLink h;
+    DeviceProxy proxy;
+    f.slotBytes = 64;
+    ASSERT_TRUE(proxy.addRecv(&h.recv, f, dev::Proto::kSimple, "link 2 -> 0, Simple").isOk());
+    char* dst = static_cast<char*>(h.send.tryAcquire());
+    ASSERT_NE(dst, nullptr);
+    memset(dst, 7, 20);
+    h.send.post(20);
+    static_cast<FifoHeader*>(h.memory.get())->peerClosed.store(1);
+    EXPECT_TRUE(proxy.progress());
+    EXPECT_EQ(tail, 1u);
+    EXPECT_EQ(slots[19], 7);
+    EXPECT_FALSE(proxy.progress());
+    EXPECT_EQ(proxy.error().code(), Code::kRemoteError);
+    EXPECT_NE(proxy.error().message().find("link 2 -> 0, Simple: the peer closed"),
+              std::string::npos)
+        << proxy.error().message();
+  }
+}
+
+}  // namespace
 }  // namespace chorus

@@ -1,0 +1,217 @@
+#include "transport/device_proxy.h"
+
+#include <chrono>
+#include <cstring>
+
+#include "cuda/dev_memory.h"
+
+namespace chorus {
+
+namespace {
+
+// How long the thread keeps polling after the last slot it moved before it looks only every
+// millisecond: a collective's steps follow each other within microseconds, a training step's
+// calls within milliseconds.
+constexpr auto kActiveWindow = std::chrono::milliseconds(200);
+constexpr auto kIdlePoll = std::chrono::milliseconds(1);
+
+uint64_t acquire(const uint64_t* p) {
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+void release(uint64_t* p, uint64_t v) {
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+
+}  // namespace
+
+DeviceProxy::DeviceProxy(std::function<void(const Status&)> onError)
+    : onError_(std::move(onError)) {}
+
+DeviceProxy::~DeviceProxy() {
+  stop();
+}
+
+Status DeviceProxy::addSend(const dev::Fifo& fifo, SendConnector* host, const std::string& what) {
+  if (fifo.sizes == nullptr || fifo.tail == nullptr || fifo.head == nullptr || fifo.nslots == 0)
+    return internalError("%s: the device FIFO has no slot sizes or counters for a proxy",
+                         what.c_str());
+  if (host == nullptr || !host->valid())
+    return internalError("%s: no host connector to forward to", what.c_str());
+  if (fifo.slotBytes > host->slotBytes())
+    return internalError("%s: device slots of %u bytes do not fit the host FIFO's %zu",
+                         what.c_str(), fifo.slotBytes, host->slotBytes());
+  SendLink l{fifo, host, what};
+  // A FIFO already used by earlier kernels resumes where they stopped.
+  l.done = acquire(fifo.head);
+  sends_.push_back(l);
+  return Status::ok();
+}
+
+Status DeviceProxy::addRecv(RecvConnector* host, const dev::Fifo& fifo, dev::Proto proto,
+                            const std::string& what) {
+  if (fifo.tail == nullptr || fifo.head == nullptr || fifo.nslots == 0)
+    return internalError("%s: the device FIFO has no counters for a proxy", what.c_str());
+  if (host == nullptr || !host->valid())
+    return internalError("%s: no host connector to take slots from", what.c_str());
+  RecvLink l{host, fifo, proto, what};
+  l.done = acquire(fifo.tail);
+  recvs_.push_back(l);
+  return Status::ok();
+}
+
+bool DeviceProxy::moveSend(SendLink& l) {
+  bool moved = false;
+  const uint64_t published = acquire(l.fifo.tail);
+  while (l.done < published) {
+    void* dst = l.host->tryAcquire();
+    if (dst == nullptr) break;
+    const uint64_t slot = l.done % l.fifo.nslots;
+    const uint32_t bytes = __atomic_load_n(l.fifo.sizes + slot, __ATOMIC_RELAXED);
+    if (bytes > l.fifo.slotBytes) {
+      fail(internalError("%s: a kernel published a slot of %u bytes in a FIFO of %u-byte slots",
+                         l.what.c_str(), bytes, l.fifo.slotBytes));
+      return moved;
+    }
+    memcpy(dst, l.fifo.slots + slot * l.fifo.slotBytes, bytes);
+    l.host->post(bytes);
+    ++l.done;
+    // The slot is the kernel's again.
+    release(l.fifo.head, l.done);
+    moved = true;
+  }
+  return moved;
+}
+
+bool DeviceProxy::moveRecv(RecvLink& l) {
+  bool moved = false;
+  for (;;) {
+    // A free device slot: the kernel released all but nslots - 1 of those delivered. An LL
+    // kernel releases a step that carries no lines (a rank's empty share) without waiting for
+    // it, so the kernel may be ahead of the proxy.
+    const uint64_t released = acquire(l.fifo.head);
+    if (released < l.done && l.done - released >= l.fifo.nslots) break;
+    size_t bytes = 0;
+    const void* src = l.host->tryWait(&bytes);
+    if (src == nullptr) {
+      if (l.host->peerClosed() && !l.host->ready()) {
+        const std::string why = l.host->peerError();
+        fail(remoteError("%s: the peer closed the connection%s%s", l.what.c_str(),
+                         why.empty() ? "" : ": ", why.c_str()));
+      }
+      break;
+    }
+    if (bytes > l.fifo.slotBytes) {
+      fail(internalError("%s: the peer sent a slot of %zu bytes into a FIFO of %u-byte slots",
+                         l.what.c_str(), bytes, l.fifo.slotBytes));
+      break;
+    }
+    const uint64_t slot = l.done % l.fifo.nslots;
+    char* dst = l.fifo.slots + slot * l.fifo.slotBytes;
+    if (l.proto == dev::Proto::kLl) {
+      // Each 8-byte half of a line (a datum and its flag) in one store.
+      const auto* from = static_cast<const uint64_t*>(src);
+      auto* to = reinterpret_cast<uint64_t*>(dst);
+      for (size_t i = 0; i < bytes / 8; ++i) {
+        uint64_t v;
+        memcpy(&v, from + i, sizeof v);
+        __atomic_store_n(to + i, v, __ATOMIC_RELAXED);
+      }
+    } else {
+      memcpy(dst, src, bytes);
+    }
+    if (l.fifo.sizes != nullptr)
+      __atomic_store_n(l.fifo.sizes + slot, static_cast<uint32_t>(bytes), __ATOMIC_RELAXED);
+    ++l.done;
+    release(l.fifo.tail, l.done);
+    l.host->release();
+    moved = true;
+  }
+  return moved;
+}
+
+bool DeviceProxy::progress() {
+  if (failed_.load(std::memory_order_relaxed)) return false;
+  bool moved = false;
+  for (SendLink& l : sends_) moved = moveSend(l) || moved;
+  for (RecvLink& l : recvs_) moved = moveRecv(l) || moved;
+  return moved;
+}
+
+void DeviceProxy::fail(const Status& s) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.isOk()) return;
+    error_ = s;
+  }
+  failed_.store(true, std::memory_order_relaxed);
+  if (onError_) onError_(s);
+}
+
+Status DeviceProxy::error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+void DeviceProxy::start() {
+  if (thread_.joinable() || links() == 0) return;
+  stopping_.store(false, std::memory_order_relaxed);
+  thread_ = std::thread([this] { run(); });
+}
+
+void DeviceProxy::stop() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_.store(true, std::memory_order_relaxed);
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void DeviceProxy::kick() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++kicks_;
+  }
+  wake_.notify_all();
+}
+
+void DeviceProxy::run() {
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point lastMove = Clock::now();
+  uint64_t seenKicks = 0;
+  uint32_t emptyPasses = 0;
+  bool idle = false;
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    if (progress()) {
+      emptyPasses = 0;
+      idle = false;
+      lastMove = Clock::now();
+      continue;
+    }
+    if (failed_.load(std::memory_order_relaxed)) {
+      // Nothing more moves; wait to be stopped.
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return stopping_.load(std::memory_order_relaxed); });
+      break;
+    }
+    if (!idle) {
+      // The clock is read now and then, not on every empty pass.
+      if ((++emptyPasses & 255u) == 0 && Clock::now() - lastMove >= kActiveWindow) idle = true;
+      dev::pollPause();
+      continue;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (kicks_ == seenKicks)
+      wake_.wait_for(lock, kIdlePoll, [&] {
+        return kicks_ != seenKicks || stopping_.load(std::memory_order_relaxed);
+      });
+    if (kicks_ != seenKicks) {
+      seenKicks = kicks_;
+      idle = false;
+      lastMove = Clock::now();
+    }
+  }
+}
+
+}  // namespace chorus
