@@ -102,7 +102,7 @@ struct EmuClique::HostFifo {
   SendConnector send;
   RecvConnector recv;
   explicit HostFifo(const FifoGeometry& geometry)
-      : memory(static_cast<void*>(aligned_alloc(4096, geometry.totalBytes()))) {
+      : memory(aligned_alloc(4096, (geometry.totalBytes() + 4095) / 4096 * 4096)) {
     if (!memory) throw std::bad_alloc();
     fifoInit(memory.get(), geometry);
     send = SendConnector(memory.get());

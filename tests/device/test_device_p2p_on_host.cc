@@ -400,7 +400,8 @@ namespace {
 
 // A host FIFO of 4 slots of 64 bytes, with both connectors.
 struct HostLink {
-  FifoMemory memory{aligned_alloc(4096, FifoGeometry{4, 64}.totalBytes())};
+  // aligned_alloc wants a size that is a multiple of the alignment.
+  FifoMemory memory{aligned_alloc(4096, (FifoGeometry{4, 64}.totalBytes() + 4095) / 4096 * 4096)};
   SendConnector send;
   RecvConnector recv;
   HostLink() {
