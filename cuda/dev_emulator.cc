@@ -1,7 +1,6 @@
 #include "cuda/dev_emulator.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -101,10 +100,10 @@ struct EmuClique::HostFifo {
   ::chorus::FifoMemory memory;
   SendConnector send;
   RecvConnector recv;
-  explicit HostFifo(const FifoGeometry& geometry)
-      : memory(aligned_alloc(4096, (geometry.totalBytes() + 4095) / 4096 * 4096)) {
-    if (!memory) throw std::bad_alloc();
-    fifoInit(memory.get(), geometry);
+  explicit HostFifo(const FifoGeometry& geometry) {
+    FifoHeader* header;
+    char* data;
+    memory = allocLocalFifo(geometry, nullptr, &header, &data);
     send = SendConnector(memory.get());
     recv = RecvConnector(memory.get());
   }
@@ -124,11 +123,11 @@ Fifo EmuClique::fifoView(FifoMemory& m, int p, uint64_t* step, const EmuGeometry
   return f;
 }
 
-EmuClique::FifoMemory& EmuClique::newMemory(const EmuGeometry& g, bool withSlots) {
+EmuClique::FifoMemory& EmuClique::newSenderMemory(const EmuGeometry& g) {
   auto m = std::make_unique<FifoMemory>();
   for (int p = 0; p < kNumProtos; ++p) {
-    m->slots[p].assign(withSlots ? static_cast<size_t>(g.nslots[p]) * g.slotBytes[p] + 16 : 0, 0);
-    if (g.proxied) m->sizes[p].assign(g.nslots[p], 0);
+    m->slots[p].assign(static_cast<size_t>(g.nslots[p]) * g.slotBytes[p] + 16, 0);
+    m->sizes[p].assign(g.nslots[p], 0);
   }
   FifoMemory& ref = *m;
   local_.push_back(std::move(m));
@@ -185,9 +184,11 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
     comm->errorFlag = &errors_[static_cast<size_t>(rank)];
     for (int c = 0; c < g.nchannels; ++c) {
       FifoMemory& in = fifoOf(rank, c);  // filled by the predecessor
-      // The successor's, or one of this rank's own that a proxy forwards into it.
-      FifoMemory& out = g.proxied && nranks > 1 ? newMemory(g, true) : fifoOf(next, c);
-      if (&out != &fifoOf(next, c)) bridge(out, fifoOf(next, c), rank, next, g, "ring");
+      // The successor's, or one of this rank's own that a proxy forwards into it (one rank
+      // alone has no ring link).
+      const bool viaProxy = g.proxied && nranks > 1;
+      FifoMemory& out = viaProxy ? newSenderMemory(g) : fifoOf(next, c);
+      if (viaProxy) bridge(out, fifoOf(next, c), rank, next, g, "ring");
       for (int p = 0; p < kNumProtos; ++p) {
         comm->channels[c].send[p] = fifoView(out, p, &out.sendStep[p], g);
         comm->channels[c].recv[p] = fifoView(in, p, &in.recvStep[p], g);
@@ -213,7 +214,7 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
     for (int other = 0; other < nranks; ++other) {
       if (other == me) continue;
       FifoMemory& in = linkOf(me, other);
-      FifoMemory& out = g.proxied ? newMemory(g, true) : linkOf(other, me);
+      FifoMemory& out = g.proxied ? newSenderMemory(g) : linkOf(other, me);
       if (g.proxied) bridge(out, linkOf(other, me), me, other, g, "link");
       for (int p = 0; p < kNumProtos; ++p) {
         links[static_cast<size_t>(other)].send[p] = fifoView(out, p, &out.sendStep[p], g);

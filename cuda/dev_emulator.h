@@ -52,7 +52,8 @@ class EmuClique {
   struct FifoMemory;
   struct HostFifo;
   static Fifo fifoView(FifoMemory& m, int p, uint64_t* step, const EmuGeometry& g);
-  FifoMemory& newMemory(const EmuGeometry& g, bool withSlots);
+  // The sender's own end of a proxied link (slots and their sizes).
+  FifoMemory& newSenderMemory(const EmuGeometry& g);
   // Sends of `sender` written into `local`, delivered into `remote` of `receiver`.
   void bridge(FifoMemory& local, FifoMemory& remote, int sender, int receiver, const EmuGeometry& g,
               const char* what);

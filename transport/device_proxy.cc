@@ -15,13 +15,6 @@ namespace {
 constexpr auto kActiveWindow = std::chrono::milliseconds(200);
 constexpr auto kIdlePoll = std::chrono::milliseconds(1);
 
-uint64_t acquire(const uint64_t* p) {
-  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
-}
-void release(uint64_t* p, uint64_t v) {
-  __atomic_store_n(p, v, __ATOMIC_RELEASE);
-}
-
 }  // namespace
 
 DeviceProxy::DeviceProxy(std::function<void(const Status&)> onError)
@@ -42,7 +35,7 @@ Status DeviceProxy::addSend(const dev::Fifo& fifo, SendConnector* host, const st
                          what.c_str(), fifo.slotBytes, host->slotBytes());
   SendLink l{fifo, host, what};
   // A FIFO already used by earlier kernels resumes where they stopped.
-  l.done = acquire(fifo.head);
+  l.done = dev::loadAcquire(fifo.head);
   sends_.push_back(l);
   return Status::ok();
 }
@@ -54,14 +47,14 @@ Status DeviceProxy::addRecv(RecvConnector* host, const dev::Fifo& fifo, dev::Pro
   if (host == nullptr || !host->valid())
     return internalError("%s: no host connector to take slots from", what.c_str());
   RecvLink l{host, fifo, proto, what};
-  l.done = acquire(fifo.tail);
+  l.done = dev::loadAcquire(fifo.tail);
   recvs_.push_back(l);
   return Status::ok();
 }
 
 bool DeviceProxy::moveSend(SendLink& l) {
   bool moved = false;
-  const uint64_t published = acquire(l.fifo.tail);
+  const uint64_t published = dev::loadAcquire(l.fifo.tail);
   while (l.done < published) {
     void* dst = l.host->tryAcquire();
     if (dst == nullptr) break;
@@ -76,7 +69,7 @@ bool DeviceProxy::moveSend(SendLink& l) {
     l.host->post(bytes);
     ++l.done;
     // The slot is the kernel's again.
-    release(l.fifo.head, l.done);
+    dev::storeRelease(l.fifo.head, l.done);
     moved = true;
   }
   return moved;
@@ -88,7 +81,7 @@ bool DeviceProxy::moveRecv(RecvLink& l) {
     // A free device slot: the kernel released all but nslots - 1 of those delivered. An LL
     // kernel releases a step that carries no lines (a rank's empty share) without waiting for
     // it, so the kernel may be ahead of the proxy.
-    const uint64_t released = acquire(l.fifo.head);
+    const uint64_t released = dev::loadAcquire(l.fifo.head);
     if (released < l.done && l.done - released >= l.fifo.nslots) break;
     size_t bytes = 0;
     const void* src = l.host->tryWait(&bytes);
@@ -122,7 +115,7 @@ bool DeviceProxy::moveRecv(RecvLink& l) {
     if (l.fifo.sizes != nullptr)
       __atomic_store_n(l.fifo.sizes + slot, static_cast<uint32_t>(bytes), __ATOMIC_RELAXED);
     ++l.done;
-    release(l.fifo.tail, l.done);
+    dev::storeRelease(l.fifo.tail, l.done);
     l.host->release();
     moved = true;
   }

@@ -400,15 +400,11 @@ namespace {
 
 // A host FIFO of 4 slots of 64 bytes, with both connectors.
 struct HostLink {
-  // aligned_alloc wants a size that is a multiple of the alignment.
-  FifoMemory memory{aligned_alloc(4096, (FifoGeometry{4, 64}.totalBytes() + 4095) / 4096 * 4096)};
-  SendConnector send;
-  RecvConnector recv;
-  HostLink() {
-    fifoInit(memory.get(), FifoGeometry{4, 64});
-    send = SendConnector(memory.get());
-    recv = RecvConnector(memory.get());
-  }
+  FifoHeader* header;
+  char* data;
+  FifoMemory memory = allocLocalFifo(FifoGeometry{4, 64}, nullptr, &header, &data);
+  SendConnector send{memory.get()};
+  RecvConnector recv{memory.get()};
 };
 
 // A proxy refuses links it cannot serve and reports, once, what goes wrong while it runs.
@@ -461,7 +457,7 @@ TEST(DeviceProxy, RefusesAndReportsBadLinks) {
     ASSERT_NE(dst, nullptr);
     memset(dst, 7, 20);
     h.send.post(20);
-    static_cast<FifoHeader*>(h.memory.get())->peerClosed.store(1);
+    h.header->peerClosed.store(1);
     EXPECT_TRUE(proxy.progress());
     EXPECT_EQ(tail, 1u);
     EXPECT_EQ(slots[19], 7);
