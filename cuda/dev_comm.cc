@@ -8,240 +8,17 @@
 // that gave up.
 // The steps of each FIFO end and the grid barrier live in the rank's own device memory, the
 // abort and error flags in mapped pinned host memory.
-#include <cuda_runtime_api.h>
+#include "cuda/dev_comm_cuda.h"
+
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <cstring>
 #include <mutex>
-
-#include "common/log.h"
-#include "cuda/dev_comm.h"
-#include "cuda/dev_launch.h"
 
 namespace chorus {
 namespace dev {
 
-namespace {
-
-constexpr int kTagDeviceRing = 2000;
-constexpr int kTagDeviceP2p = 2001;
-constexpr size_t kLine = 128;  // counters each on a line of their own
-
-Status cudaFailure(cudaError_t err, const std::string& what) {
-  return Status(Code::kUnhandledCudaError,
-                formatString("%s: %s (CUDA error %d)", what.c_str(), cudaGetErrorString(err),
-                             static_cast<int>(err)));
-}
-
-#define CHORUS_CUDA_TRY(call, what)           \
-  do {                                        \
-    cudaError_t chorusErr_ = (call);          \
-    if (chorusErr_ != cudaSuccess) {          \
-      cudaGetLastError();                     \
-      return cudaFailure(chorusErr_, (what)); \
-    }                                         \
-  } while (0)
-
-// Where each FIFO of a receive region lies: per channel and protocol the slots, then the tail
-// and head counters on lines of their own.
-struct RegionLayout {
-  uint32_t nchannels = 0;
-  uint32_t nslots[kNumProtos] = {};
-  uint32_t slotBytes[kNumProtos] = {};
-
-  size_t fifoBytes(int p) const {
-    return (static_cast<size_t>(nslots[p]) * slotBytes[p] + kLine - 1) / kLine * kLine + 2 * kLine;
-  }
-  size_t channelBytes() const {
-    size_t b = 0;
-    for (int p = 0; p < kNumProtos; ++p) b += fifoBytes(p);
-    return b;
-  }
-  size_t totalBytes() const { return channelBytes() * nchannels; }
-  size_t fifoOffset(int c, int p) const {
-    size_t off = channelBytes() * static_cast<size_t>(c);
-    for (int q = 0; q < p; ++q) off += fifoBytes(q);
-    return off;
-  }
-  size_t tailOffset(int c, int p) const { return fifoOffset(c, p) + fifoBytes(p) - 2 * kLine; }
-  size_t headOffset(int c, int p) const { return tailOffset(c, p) + kLine; }
-  // The FIFO of channel c and protocol p in a region laid out so; step: the using end's own.
-  Fifo fifo(char* region, int c, int p, uint64_t* step) const {
-    Fifo f;
-    f.slots = region + fifoOffset(c, p);
-    f.tail = reinterpret_cast<uint64_t*>(region + tailOffset(c, p));
-    f.head = reinterpret_cast<uint64_t*>(region + headOffset(c, p));
-    f.step = step;
-    f.nslots = nslots[p];
-    f.slotBytes = slotBytes[p];
-    return f;
-  }
-  bool operator==(const RegionLayout& o) const {
-    return nchannels == o.nchannels && std::memcmp(nslots, o.nslots, sizeof nslots) == 0 &&
-           std::memcmp(slotBytes, o.slotBytes, sizeof slotBytes) == 0;
-  }
-};
-
-// What a rank tells its ring predecessor about its receive region (plain data).
-struct RegionInfo {
-  DeviceEndpoint owner;
-  RegionLayout layout;
-  uint64_t address;  // valid in the owner's process
-  cudaIpcMemHandle_t ipc;
-  int32_t usable;  // 0: the owner has none to offer (no link, or its set-up failed)
-};
-
-// What a rank tells each other rank about its receive FIFO for that rank's sends: the region,
-// or why there is none (the receiver decides, so both ends agree).
-struct P2pLinkInfo {
-  RegionInfo region;
-  char reason[160];
-};
-
-// What each rank reports at the end of init: whether its set-up succeeded (else why not), and
-// the first rank whose point-to-point link into it is missing (-1: none; reason: why).
-struct SetupVerdict {
-  int32_t ok;
-  int32_t noLinkFrom;
-  char reason[480];
-
-  // A failure naming rank r when it reported one (as this rank received it).
-  Status check(int self, int r) {
-    reason[sizeof reason - 1] = 0;
-    if (ok != 0) return Status::ok();
-    return remoteError("rank %d: rank %d could not set up its device communicator (%s)", self, r,
-                       reason);
-  }
-};
-
-// The first failure of a set-up step whose rank still takes part in the exchanges after it.
-class SetupFailure {
- public:
-  bool ok() const { return status_.isOk(); }
-  const Status& status() const { return status_; }
-  // Keeps the first failure; true when s is a success.
-  bool note(const Status& s) {
-    if (!s.isOk() && status_.isOk()) status_ = s;
-    return s.isOk();
-  }
-  bool cuda(cudaError_t err, const std::string& what) {
-    if (err == cudaSuccess) return true;
-    cudaGetLastError();
-    return note(cudaFailure(err, what));
-  }
-  SetupVerdict verdict() const {
-    SetupVerdict v{};
-    v.ok = ok() ? 1 : 0;
-    v.noLinkFrom = -1;
-    if (!ok()) snprintf(v.reason, sizeof v.reason, "%s", status_.message().c_str());
-    return v;
-  }
-
- private:
-  Status status_;
-};
-
-bool isP2p(DevicePathKind k) {
-  return k == DevicePathKind::kP2pSameGpu || k == DevicePathKind::kP2pNvlink ||
-         k == DevicePathKind::kP2pPcie;
-}
-
-// Bytes to allocate for a region: whole 2 MiB granules when another process maps it, since a
-// CUDA IPC handle maps the granules an allocation lies in, which a small allocation may share
-// with others of its process.
-size_t allocationBytes(size_t bytes, bool exported) {
-  constexpr size_t kGranule = size_t(2) << 20;
-  return exported ? (bytes + kGranule - 1) / kGranule * kGranule : bytes;
-}
-
-class CudaDeviceComm final : public DeviceComm {
- public:
-  ~CudaDeviceComm() override { release(); }
-
-  Status init(const DeviceCommSetup& s);
-
-  int cudaDev() const override { return device_; }
-  Status enqueue(const DeviceCall* calls, size_t n, void* stream) override;
-  Status enqueueP2p(const DeviceP2p* ops, size_t n, void* stream) override;
-  void abort() override {
-    if (abortHost_ != nullptr) __atomic_store_n(abortHost_, 1u, __ATOMIC_RELEASE);
-  }
-  Status asyncError() const override {
-    if (errorHost_ != nullptr && __atomic_load_n(errorHost_, __ATOMIC_ACQUIRE) != 0)
-      return remoteError(
-          "rank %d: a collective kernel stopped before finishing (the communicator was "
-          "aborted while it waited for a peer)",
-          rank_);
-    return Status::ok();
-  }
-  std::string describe() const override { return description_; }
-
- private:
-  void release();
-  // The point-to-point links to every other rank; fills peersHost_.
-  Status connectPeers(const DeviceCommSetup& s, const std::vector<DeviceEndpoint>& ends,
-                      const RegionLayout& layout, cudaStream_t setup, SetupFailure* local);
-  // Maps a peer's region (its device pointer within this process, else its IPC handle).
-  void mapRegion(const DeviceEndpoint& me, const RegionInfo& theirs, int owner, const char* what,
-                 SetupFailure* local, char** mapped, bool* ipc);
-  // The end of init on every rank: fails all when one failed; notes missing links.
-  Status agree(const DeviceCommSetup& s, const SetupFailure& local);
-  void warnCrossContext() {
-    if (warnedCrossContext_) return;
-    warnedCrossContext_ = true;
-    LOG_WARN(kSubsysInit,
-             "rank %d: shares its GPU with a rank of another process; without MPS the GPU runs "
-             "their kernels in turns, and each step between them may wait a time slice (run "
-             "the ranks of one GPU as threads of one process, or start MPS)",
-             rank_);
-  }
-  Status checkStream(void* stream) const;
-  // Queues launches on stream, after this communicator's earlier ones.
-  Status launchAll(const std::vector<Launch>& launches, void* stream);
-  // Runs body(cudaStream_t), which queues work on stream, after this communicator's earlier
-  // work (on whichever stream), and records the point later work waits for.
-  template <class Body>
-  Status ordered(void* stream, Body body);
-  // One rank alone: copies (or nothing, in place) for what needs no arithmetic, the kernel for
-  // the rest, in the calls' order.
-  Status enqueueAlone(const DeviceCall* calls, size_t n, void* stream);
-
-  int rank_ = 0;
-  int device_ = -1;
-  int nchannels_ = 1;
-  int nthreads_ = 512;  // threads of each block
-  bool sharesGpuInProcess_ = false;
-  DeviceShape shape_;
-  std::vector<int32_t> ringRanks_;
-  char* recvRegion_ = nullptr;  // this rank's receive FIFOs (device memory)
-  char* sendRegion_ = nullptr;  // the ring successor's receive FIFOs, mapped
-  bool sendRegionIpc_ = false;  // opened from an IPC handle (closed at the end)
-  uint64_t* state_ = nullptr;   // FIFO ends' steps and the grid barrier (device memory)
-  int32_t* ringRanksDev_ = nullptr;
-  Comm* commDev_ = nullptr;
-  // Point-to-point, by rank: this rank's receive FIFO from it, the mapping of its receive FIFO
-  // for this rank's sends, and why a direction has no link (empty: linked).
-  std::vector<char*> peerRecv_;
-  std::vector<char*> peerSend_;
-  std::vector<bool> peerSendIpc_;
-  std::vector<std::string> noRecvLink_;
-  // Why device sends and receives between ranks are refused (empty: they run).
-  std::string p2pRefusal_;
-  bool warnedCrossContext_ = false;
-  std::vector<Channel> peersHost_;
-  uint64_t* peerState_ = nullptr;  // steps of both ends, per peer and protocol
-  Channel* peersDev_ = nullptr;
-  uint32_t* abortHost_ = nullptr;  // mapped pinned host memory
-  uint32_t* errorHost_ = nullptr;
-  // Recorded after this communicator's last launch: a launch on another stream waits for it,
-  // since consecutive kernels continue each other's FIFO positions.
-  cudaEvent_t lastLaunch_ = nullptr;
-  void* lastStream_ = nullptr;
-  bool launched_ = false;
-  std::string description_;
-};
+namespace cuda_comm {
 
 // The fewest blocks per multiprocessor of any collective kernel, per device, measured when the
 // kernels were first loaded there (-1: not yet).
@@ -273,14 +50,23 @@ void CudaDeviceComm::release() {
     cudaEventDestroy(lastLaunch_);
     lastLaunch_ = nullptr;
   }
+  // The kernels are done: nothing waits on the proxy's links any more.
+  if (proxy_) proxy_->stop();
+  proxy_.reset();
   if (sendRegion_ != nullptr && sendRegionIpc_) cudaIpcCloseMemHandle(sendRegion_);
   sendRegion_ = nullptr;
   for (size_t r = 0; r < peerSend_.size(); ++r)
     if (peerSend_[r] != nullptr && peerSendIpc_[r]) cudaIpcCloseMemHandle(peerSend_[r]);
   peerSend_.clear();
-  for (char* p : peerRecv_)
-    if (p != nullptr) cudaFree(p);
+  for (size_t r = 0; r < peerRecv_.size(); ++r)
+    if (peerRecv_[r] != nullptr && !(r < peerRecvViaHost_.size() && peerRecvViaHost_[r].valid()))
+      cudaFree(peerRecv_[r]);
   peerRecv_.clear();
+  peerRecvViaHost_.clear();
+  peerSendViaHost_.clear();
+  if (recvViaHost_.valid()) recvRegion_ = nullptr;  // host memory, freed below
+  recvViaHost_ = MappedRegion();
+  sendViaHost_ = MappedRegion();
   for (void* p : {static_cast<void*>(recvRegion_), static_cast<void*>(state_),
                   static_cast<void*>(ringRanksDev_), static_cast<void*>(commDev_),
                   static_cast<void*>(peerState_), static_cast<void*>(peersDev_)})
@@ -291,6 +77,8 @@ void CudaDeviceComm::release() {
   state_ = nullptr;
   ringRanksDev_ = nullptr;
   commDev_ = nullptr;
+  for (void* p : hostRegions_) cudaFreeHost(p);
+  hostRegions_.clear();
   if (abortHost_ != nullptr) cudaFreeHost(abortHost_);
   abortHost_ = nullptr;
   errorHost_ = nullptr;
@@ -414,39 +202,55 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
                  formatString("rank %d: cudaMalloc of the FIFO state", rank_)))
     local.cuda(cudaMemsetAsync(state_, 0, stateWords * sizeof(uint64_t), setup), "cudaMemsetAsync");
   if (n > 1) {
-    // An IPC handle only for a predecessor in another process (IPC is missing on some
-    // platforms where threads of one process still work).
-    const DeviceEndpoint& before = ends[static_cast<size_t>(prev)];
-    const bool exported = before.pid != me.pid || before.hostId != me.hostId;
-    const size_t regionBytes = allocationBytes(layout.totalBytes(), exported);
-    if (local.ok() && local.cuda(cudaMalloc(reinterpret_cast<void**>(&recvRegion_), regionBytes),
-                                 formatString("rank %d: cudaMalloc of %zu bytes of receive FIFOs",
-                                              rank_, regionBytes)))
-      // Fresh LL lines must carry no step's flag, and counters start at zero.
-      local.cuda(cudaMemsetAsync(recvRegion_, 0, regionBytes, setup), "cudaMemsetAsync") &&
-          local.cuda(cudaStreamSynchronize(setup), "cudaStreamSynchronize");
-
+    proxy_.reset(new DeviceProxy([this](const Status& e) { proxyFailed(e); }));
     const DevicePath toNext =
         chooseDevicePath(*s.topo, me, ends[static_cast<size_t>(next)], s.paths);
     const DevicePath fromPrev =
         chooseDevicePath(*s.topo, ends[static_cast<size_t>(prev)], me, s.paths);
+    // Links without a P2P path go through host memory and the proxies.
+    const bool sendVia = !isP2p(toNext.kind) && s.connectHost;
+    const bool recvVia = !isP2p(fromPrev.kind) && s.connectHost;
     for (const DevicePath* path : {&toNext, &fromPrev}) {
-      if (!isP2p(path->kind)) {
+      if (!isP2p(path->kind) && !s.connectHost) {
         local.note(invalidUsage(
-            "rank %d: the ring needs the %s device transport to rank %d (%s), which this "
-            "version of Chorus does not implement yet; device communicators run over P2P "
-            "(ranks on one GPU, NVLink, or PCIe with peer access)",
+            "rank %d: the ring needs the %s device transport to rank %d (%s), and this "
+            "communicator has no host transports for it",
             rank_, devicePathName(path->kind), path == &toNext ? next : prev,
             path->reason.c_str()));
       } else if (path->crossContext) {
         warnCrossContext();
       }
     }
+    // An IPC handle only for a predecessor in another process (IPC is missing on some
+    // platforms where threads of one process still work).
+    const DeviceEndpoint& before = ends[static_cast<size_t>(prev)];
+    const bool exported = !recvVia && (before.pid != me.pid || before.hostId != me.hostId);
+    const size_t regionBytes = allocationBytes(layout.totalBytes(), exported);
+    if (recvVia) {
+      if (local.ok() &&
+          allocMapped(layout.totalBytes(), nullptr,
+                      formatString("rank %d: receive FIFOs from rank %d", rank_, prev), &local,
+                      &recvViaHost_))
+        recvRegion_ = recvViaHost_.dev;
+    } else if (local.ok() &&
+               local.cuda(cudaMalloc(reinterpret_cast<void**>(&recvRegion_), regionBytes),
+                          formatString("rank %d: cudaMalloc of %zu bytes of receive FIFOs", rank_,
+                                       regionBytes))) {
+      // Fresh LL lines must carry no step's flag, and counters start at zero.
+      local.cuda(cudaMemsetAsync(recvRegion_, 0, regionBytes, setup), "cudaMemsetAsync") &&
+          local.cuda(cudaStreamSynchronize(setup), "cudaStreamSynchronize");
+    }
+    if (sendVia && local.ok() &&
+        allocMapped(layout.totalBytes(), &layout,
+                    formatString("rank %d: send FIFOs to rank %d", rank_, next), &local,
+                    &sendViaHost_))
+      sendRegion_ = sendViaHost_.dev;
 
     RegionInfo mine{};
     mine.owner = me;
     mine.layout = layout;
     mine.address = reinterpret_cast<uint64_t>(recvRegion_);
+    mine.viaHost = recvVia ? 1 : 0;
     if (local.ok() && exported)
       local.cuda(cudaIpcGetMemHandle(&mine.ipc, recvRegion_),
                  formatString("rank %d: cudaIpcGetMemHandle", rank_));
@@ -460,9 +264,17 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
             "rank %d: rank %d uses other device FIFO sizes (channels, CHORUS_BUFFSIZE or "
             "CHORUS_STEPS differ between the ranks); set them alike on every rank",
             rank_, next));
-      else
+      else if ((theirs.viaHost != 0) != sendVia)
+        local.note(internalError(
+            "rank %d: rank %d and this rank disagree on whether the ring link between them "
+            "goes through host memory (their topologies differ)",
+            rank_, next));
+      else if (!sendVia)
         mapRegion(me, theirs, next, "FIFOs", &local, &sendRegion_, &sendRegionIpc_);
     }
+    // Every rank takes part, whatever its own set-up did: the peers wait for it.
+    if (sendVia || recvVia)
+      CHORUS_TRY(connectRingViaHost(s, prev, next, sendVia, recvVia, layout, &local));
     description_ = formatString("rank %d (GPU %d): to rank %d %s (%s), from rank %d %s", rank_,
                                 device_, next, devicePathName(toNext.kind), toNext.reason.c_str(),
                                 prev, devicePathName(fromPrev.kind));
@@ -485,7 +297,9 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
     for (int c = 0; c < nchannels_ && n > 1; ++c)
       for (int p = 0; p < kNumProtos; ++p) {
         uint64_t* steps = state_ + (static_cast<size_t>(c) * kNumProtos + p) * 2;
-        host.channels[c].send[p] = layout.fifo(sendRegion_, c, p, steps);
+        host.channels[c].send[p] = sendViaHost_.valid()
+                                       ? sendViaHost_.kernelFifo(layout, c, p, steps)
+                                       : layout.fifo(sendRegion_, c, p, steps);
         host.channels[c].recv[p] = layout.fifo(recvRegion_, c, p, steps + 1);
       }
     if (local.cuda(cudaMalloc(reinterpret_cast<void**>(&ringRanksDev_), sizeof(int32_t) * n),
@@ -513,6 +327,10 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
   if (!local.ok()) return local.status();
   shape_.ringRanks = ringRanks_.data();
   shape_.nranks = n;
+  if (proxy_ && proxy_->links() > 0) {
+    proxy_->start();
+    description_ += formatString("; %zu FIFOs through host memory", proxy_->links());
+  }
   LOG_INFO(kSubsysInit, "%s; %d channels", description_.c_str(), nchannels_);
   return Status::ok();
 }
@@ -542,116 +360,10 @@ Status CudaDeviceComm::agree(const DeviceCommSetup& s, const SetupFailure& local
   }
   if (!p2pRefusal_.empty())
     LOG_WARN(kSubsysInit,
-             "rank %d: device sends and receives between ranks will be refused: %s, a device "
-             "transport this version of Chorus does not implement yet",
+             "rank %d: device sends and receives between ranks will be refused: %s, and this "
+             "communicator has no host transports for device links",
              rank_, p2pRefusal_.c_str());
   return Status::ok();
-}
-
-Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
-                                    const std::vector<DeviceEndpoint>& ends,
-                                    const RegionLayout& layout, cudaStream_t setup,
-                                    SetupFailure* local) {
-  const int n = s.nranks;
-  const DeviceEndpoint& me = ends[static_cast<size_t>(rank_)];
-  peerRecv_.assign(static_cast<size_t>(n), nullptr);
-  peerSend_.assign(static_cast<size_t>(n), nullptr);
-  peerSendIpc_.assign(static_cast<size_t>(n), false);
-  noRecvLink_.assign(static_cast<size_t>(n), "");
-  peersHost_.assign(static_cast<size_t>(n), Channel());
-  // Per peer and protocol: the send step, the receive step.
-  const size_t stateWords = static_cast<size_t>(n) * kNumProtos * 2;
-  if (local->ok() &&
-      local->cuda(cudaMalloc(reinterpret_cast<void**>(&peerState_), stateWords * sizeof(uint64_t)),
-                  formatString("rank %d: cudaMalloc of the point-to-point FIFO state", rank_)))
-    local->cuda(cudaMemsetAsync(peerState_, 0, stateWords * sizeof(uint64_t), setup),
-                "cudaMemsetAsync");
-  // This rank decides each link into its own memory and tells the sender; after a local
-  // failure it offers none (the agreement at the end of init fails every rank).
-  for (int p = 0; p < n; ++p) {
-    if (p == rank_) continue;
-    const DeviceEndpoint& peer = ends[static_cast<size_t>(p)];
-    const DevicePath path = chooseDevicePath(*s.topo, peer, me, s.paths);
-    P2pLinkInfo info{};
-    if (!isP2p(path.kind)) {
-      snprintf(info.reason, sizeof info.reason, "%s: %s", devicePathName(path.kind),
-               path.reason.c_str());
-      noRecvLink_[static_cast<size_t>(p)] = info.reason;
-    } else if (local->ok()) {
-      if (path.crossContext) warnCrossContext();
-      const bool exported = peer.pid != me.pid || peer.hostId != me.hostId;
-      const size_t bytes = allocationBytes(layout.totalBytes(), exported);
-      char* region = nullptr;
-      if (local->cuda(cudaMalloc(reinterpret_cast<void**>(&region), bytes),
-                      formatString("rank %d: cudaMalloc of %zu bytes of receive FIFOs from "
-                                   "rank %d",
-                                   rank_, bytes, p))) {
-        peerRecv_[static_cast<size_t>(p)] = region;
-        info.region.owner = me;
-        info.region.layout = layout;
-        info.region.address = reinterpret_cast<uint64_t>(region);
-        if (local->cuda(cudaMemsetAsync(region, 0, bytes, setup), "cudaMemsetAsync") &&
-            (!exported || local->cuda(cudaIpcGetMemHandle(&info.region.ipc, region),
-                                      formatString("rank %d: cudaIpcGetMemHandle", rank_))))
-          info.region.usable = 1;
-      }
-    }
-    CHORUS_TRY(s.bootstrap->send(p, kTagDeviceP2p, &info, sizeof info));
-  }
-  if (local->ok()) local->cuda(cudaStreamSynchronize(setup), "cudaStreamSynchronize");
-  for (int p = 0; p < n; ++p) {
-    if (p == rank_) continue;
-    P2pLinkInfo theirs{};
-    CHORUS_TRY(s.bootstrap->recv(p, kTagDeviceP2p, &theirs, sizeof theirs));
-    // A link the receiver refused is reported by the receiver (init's agreement).
-    if (theirs.region.usable == 0 || !local->ok()) continue;
-    if (!(theirs.region.layout == layout)) {
-      local->note(invalidUsage(
-          "rank %d: rank %d uses other device FIFO sizes (CHORUS_BUFFSIZE or CHORUS_STEPS differ "
-          "between the ranks); set them alike on every rank",
-          rank_, p));
-      continue;
-    }
-    bool ipc = false;
-    mapRegion(me, theirs.region, p, "receive FIFO", local, &peerSend_[static_cast<size_t>(p)],
-              &ipc);
-    peerSendIpc_[static_cast<size_t>(p)] = ipc;
-  }
-  for (int p = 0; p < n; ++p)
-    for (int q = 0; q < kNumProtos && peerState_ != nullptr; ++q) {
-      uint64_t* steps = peerState_ + (static_cast<size_t>(p) * kNumProtos + q) * 2;
-      Channel& link = peersHost_[static_cast<size_t>(p)];
-      if (char* out = peerSend_[static_cast<size_t>(p)])
-        link.send[q] = layout.fifo(out, 0, q, steps);
-      if (char* in = peerRecv_[static_cast<size_t>(p)])
-        link.recv[q] = layout.fifo(in, 0, q, steps + 1);
-    }
-  return Status::ok();
-}
-
-void CudaDeviceComm::mapRegion(const DeviceEndpoint& me, const RegionInfo& theirs, int owner,
-                               const char* what, SetupFailure* local, char** mapped, bool* ipc) {
-  const DeviceEndpoint& o = theirs.owner;
-  if (o.pid == me.pid && o.hostId == me.hostId) {
-    if (o.cudaDev != device_) {
-      cudaError_t e = cudaDeviceEnablePeerAccess(o.cudaDev, 0);
-      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
-        local->cuda(e, formatString("rank %d: cudaDeviceEnablePeerAccess(%d)", rank_, o.cudaDev));
-        return;
-      }
-      cudaGetLastError();
-    }
-    *mapped = reinterpret_cast<char*>(theirs.address);
-    *ipc = false;
-    return;
-  }
-  void* p = nullptr;
-  if (local->cuda(
-          cudaIpcOpenMemHandle(&p, theirs.ipc, cudaIpcMemLazyEnablePeerAccess),
-          formatString("rank %d: cudaIpcOpenMemHandle of rank %d's %s", rank_, owner, what))) {
-    *mapped = static_cast<char*>(p);
-    *ipc = true;
-  }
 }
 
 template <class Body>
@@ -673,6 +385,8 @@ Status CudaDeviceComm::ordered(void* stream, Body body) {
     if (err != cudaSuccess) result = cudaFailure(err, "cudaStreamWaitEvent");
   }
   if (result.isOk()) result = body(s);
+  // Links through host memory have new work: the proxy looks at once.
+  if (result.isOk() && proxy_) proxy_->kick();
   if (result.isOk() && inOrder) {
     err = cudaEventRecord(lastLaunch_, s);
     if (err != cudaSuccess) {
@@ -752,9 +466,7 @@ Status CudaDeviceComm::enqueueP2p(const DeviceP2p* ops, size_t n, void* stream) 
     if (op.peer < 0 || op.peer >= shape_.nranks || op.peer == rank_ || op.bytes == 0) continue;
     return invalidUsage(
         "rank %d: %s rank %d: this communicator runs no device sends and receives between "
-        "ranks, since %s, which needs a device transport this version of Chorus does not "
-        "implement yet (sends and receives run over P2P: ranks on one GPU, NVLink, or PCIe "
-        "with peer access)",
+        "ranks, since %s, and it has no host transports for device links",
         rank_, op.isSend ? "ncclSend to" : "ncclRecv from", op.peer, p2pRefusal_.c_str());
   }
   // Sends that overlap receives of the group are read from a copy taken first, in
@@ -793,7 +505,10 @@ Status CudaDeviceComm::enqueueP2p(const DeviceP2p* ops, size_t n, void* stream) 
   });
 }
 
-}  // namespace
+}  // namespace cuda_comm
+
+using cuda_comm::CudaDeviceComm;
+using cuda_comm::cudaFailure;
 
 bool cudaBuilt() {
   return true;

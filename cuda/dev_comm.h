@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "common/status.h"
 #include "cuda/dev_plan.h"
 #include "topo/topology.h"
+#include "transport/connector.h"
 #include "transport/device_path.h"
 
 namespace chorus {
@@ -30,6 +32,28 @@ Result<int> usableDevices();
 Result<int> currentDevice();
 Status setCurrentDevice(int device);
 
+// Host connectors for device links that are not peer-to-peer (shared memory, sockets, a net
+// plugin), by rank: null where this rank has none to or from that rank.
+struct HostLinks {
+  std::vector<SendConnector*> send;
+  std::vector<RecvConnector*> recv;
+};
+
+// Host device channels: ring channel c with protocol p is 2c + p; point-to-point links with
+// protocol p are kHostP2pChannel + p.
+constexpr int kHostP2pChannel = 2 * kMaxChannels;
+constexpr int kHostChannels = kHostP2pChannel + kNumProtos;
+inline int hostRingChannel(int channel, int proto) {
+  return 2 * channel + proto;
+}
+
+// Builds host connectors on device channel `channel` (in [0, kHostChannels)): receive
+// connectors from every rank of recvFrom and send connectors to every rank of sendTo, through
+// the communicator's own host transports; each peer makes the matching call. The connectors
+// live as long as the communicator.
+using ConnectHostFn = std::function<Status(int channel, const std::vector<int>& recvFrom,
+                                           const std::vector<int>& sendTo, HostLinks* links)>;
+
 struct DeviceCommSetup {
   int rank = 0;
   int nranks = 1;
@@ -43,6 +67,9 @@ struct DeviceCommSetup {
   uint32_t nslots[kNumProtos] = {8, 8};
   uint32_t slotBytes[kNumProtos] = {16384, 131072};  // LL lines, Simple data
   DeviceShape shape;                                 // channel bounds and protocols
+  // Links without a P2P path go through host memory, a proxy thread and these connectors;
+  // null: such links are refused at init.
+  ConnectHostFn connectHost;
 };
 
 class DeviceComm {

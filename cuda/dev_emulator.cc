@@ -134,18 +134,24 @@ EmuClique::FifoMemory& EmuClique::newSenderMemory(const EmuGeometry& g) {
   return ref;
 }
 
-void EmuClique::bridge(FifoMemory& local, FifoMemory& remote, int sender, int receiver,
-                       const EmuGeometry& g, const char* what) {
+void EmuClique::bridge(FifoMemory& local, FifoMemory& remote, int sender, int receiver, int channel,
+                       const EmuGeometry& g) {
   for (int p = 0; p < kNumProtos; ++p) {
-    hostFifos_.push_back(std::make_unique<HostFifo>(FifoGeometry{g.nslots[p], g.slotBytes[p]}));
-    HostFifo& h = *hostFifos_.back();
-    const std::string name = std::string(what) + " " + std::to_string(sender) + " -> " +
-                             std::to_string(receiver) + (p == 0 ? ", LL" : ", Simple");
+    SendConnector* send = nullptr;
+    RecvConnector* recv = nullptr;
+    if (!g.hostLinks || !g.hostLinks(sender, receiver, channel, p, &send, &recv)) {
+      hostFifos_.push_back(std::make_unique<HostFifo>(FifoGeometry{g.nslots[p], g.slotBytes[p]}));
+      send = &hostFifos_.back()->send;
+      recv = &hostFifos_.back()->recv;
+    }
+    const std::string name =
+        (channel < 0 ? std::string("link ") : "ring channel " + std::to_string(channel) + " ") +
+        std::to_string(sender) + " -> " + std::to_string(receiver) + (p == 0 ? ", LL" : ", Simple");
     Status s = proxies_[static_cast<size_t>(sender)]->addSend(
-        fifoView(local, p, &local.sendStep[p], g), &h.send, name);
+        fifoView(local, p, &local.sendStep[p], g), send, name);
     if (s.isOk())
       s = proxies_[static_cast<size_t>(receiver)]->addRecv(
-          &h.recv, fifoView(remote, p, &remote.recvStep[p], g), static_cast<Proto>(p), name);
+          recv, fifoView(remote, p, &remote.recvStep[p], g), static_cast<Proto>(p), name);
     if (!s.isOk()) throw std::logic_error(s.message());
   }
 }
@@ -188,7 +194,7 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
       // alone has no ring link).
       const bool viaProxy = g.proxied && nranks > 1;
       FifoMemory& out = viaProxy ? newSenderMemory(g) : fifoOf(next, c);
-      if (viaProxy) bridge(out, fifoOf(next, c), rank, next, g, "ring");
+      if (viaProxy) bridge(out, fifoOf(next, c), rank, next, c, g);
       for (int p = 0; p < kNumProtos; ++p) {
         comm->channels[c].send[p] = fifoView(out, p, &out.sendStep[p], g);
         comm->channels[c].recv[p] = fifoView(in, p, &in.recvStep[p], g);
@@ -215,7 +221,7 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
       if (other == me) continue;
       FifoMemory& in = linkOf(me, other);
       FifoMemory& out = g.proxied ? newSenderMemory(g) : linkOf(other, me);
-      if (g.proxied) bridge(out, linkOf(other, me), me, other, g, "link");
+      if (g.proxied) bridge(out, linkOf(other, me), me, other, -1, g);
       for (int p = 0; p < kNumProtos; ++p) {
         links[static_cast<size_t>(other)].send[p] = fifoView(out, p, &out.sendStep[p], g);
         links[static_cast<size_t>(other)].recv[p] = fifoView(in, p, &in.recvStep[p], g);

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -14,7 +15,9 @@
 
 namespace chorus {
 class DeviceProxy;
-}
+class SendConnector;
+class RecvConnector;
+}  // namespace chorus
 
 namespace chorus {
 namespace dev {
@@ -28,6 +31,13 @@ struct EmuGeometry {
   // through a host FIFO, and one of the receiving rank delivers it into the receiver's FIFO
   // (transport/device_proxy.h).
   bool proxied = false;
+  // Where a proxied link's host connectors come from (in tests of a communicator's own
+  // transports): the sending rank's connector to `receiver` and the receiving rank's from
+  // `sender`, for ring channel `channel` (-1: the point-to-point link) and protocol `proto`.
+  // Null, or false returned: a host FIFO the clique makes itself.
+  std::function<bool(int sender, int receiver, int channel, int proto, SendConnector** send,
+                     RecvConnector** recv)>
+      hostLinks;
 };
 
 // Host memory for the FIFOs of nranks ranks in a ring 0 -> 1 -> ... -> nranks-1 -> 0 (or the
@@ -55,8 +65,9 @@ class EmuClique {
   // The sender's own end of a proxied link (slots and their sizes).
   FifoMemory& newSenderMemory(const EmuGeometry& g);
   // Sends of `sender` written into `local`, delivered into `remote` of `receiver`.
-  void bridge(FifoMemory& local, FifoMemory& remote, int sender, int receiver, const EmuGeometry& g,
-              const char* what);
+  // channel: the ring channel, -1 for the point-to-point link.
+  void bridge(FifoMemory& local, FifoMemory& remote, int sender, int receiver, int channel,
+              const EmuGeometry& g);
   int nranks_;
   std::vector<int32_t> ring_;
   std::vector<std::unique_ptr<Comm>> comms_;

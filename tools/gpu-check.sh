@@ -231,7 +231,7 @@ run_gtest() {  # CAP NAME PROGRAM ARGS...
 
 if [ $built = 1 ]; then
   run_gtest 45 test_device_reduce tests/gpu/test_device_reduce
-  run_gtest 120 test_device_comm tests/gpu/test_device_comm
+  run_gtest 180 test_device_comm tests/gpu/test_device_comm
 else
   record SKIP "gpu tests" "no CUDA build"
 fi

@@ -190,6 +190,10 @@ DevicePath chooseDevicePath(const LocalTopology& topo, const DeviceEndpoint& fir
     return make(DevicePathKind::kSocket, formatString("on different hosts (%016llx and %016llx)",
                                                       static_cast<unsigned long long>(a.hostId),
                                                       static_cast<unsigned long long>(b.hostId)));
+  if (options.hostLinks)
+    return options.shmDisabled
+               ? make(DevicePathKind::kSocket, "CHORUS_DEVICE_HOST_LINKS=1 and no shared memory")
+               : make(DevicePathKind::kShm, "CHORUS_DEVICE_HOST_LINKS=1: host shared memory");
   if (!sameGpu(a, b)) return chooseBetweenGpus(topo, a, b, options);
   std::string gpu = gpuLabel(findGpu(topo, a), a);
   if (a.pid == b.pid)
@@ -221,6 +225,7 @@ Result<DevicePathOptions> devicePathOptionsFromEnv() {
   DevicePathOptions o;
   o.p2pDisabled = paramInt("P2P_DISABLE") != 0;
   o.shmDisabled = paramInt("SHM_DISABLE") != 0;
+  o.hostLinks = paramInt("DEVICE_HOST_LINKS") != 0;
   ParamValue level = paramRaw("P2P_LEVEL");
   if (level.isSet && !trim(level.value).empty()) {
     CHORUS_ASSIGN_OR_RETURN(o.p2pLevel, parseP2pLevel(level.value, level.source));

@@ -46,6 +46,7 @@ DeviceEndpoint makeDeviceEndpoint(uint64_t hostId, int32_t pid, int32_t cudaDev,
 struct DevicePathOptions {
   bool p2pDisabled = false;  // P2P_DISABLE: no peer-to-peer between different GPUs
   bool shmDisabled = false;  // SHM_DISABLE
+  bool hostLinks = false;    // DEVICE_HOST_LINKS: no P2P at all, every pair through host memory
   P2pLevel p2pLevel = P2pLevel::kPxb;
 };
 

@@ -106,6 +106,10 @@ const std::vector<ParamDef> kParams = {
      "1: no peer-to-peer (CUDA IPC, peer access, NVLink) between different GPUs of a device "
      "communicator; shared memory instead",
      true},
+    {"DEVICE_HOST_LINKS", ParamType::kInt, "0",
+     "1: every link of a device communicator goes through host memory and a proxy thread (shared "
+     "memory, or sockets with SHM_DISABLE), even between ranks on one GPU or with peer access",
+     false},
     {"P2P_LEVEL", ParamType::kString, "",
      "Farthest apart two GPUs may be for peer-to-peer: LOC (never), NVL (NVLink only), PIX, PXB, "
      "PHB or SYS (PCIe distances), or NCCL's numbers 0-5 (empty: PXB)",

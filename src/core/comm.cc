@@ -141,6 +141,8 @@ Communicator::~Communicator() {
   watch.reset();
   workers_.reset();
   direct_.reset();
+  // A device communicator's proxy drives host connectors: it stops before they go.
+  device_.reset();
   net_.reset();
   socket_.reset();
   shm_.reset();

@@ -87,6 +87,10 @@ class Communicator final : public ErrorSink {
   int rank() const { return rank_; }
   int nranks() const { return nranks_; }
   int cudaDev() const { return options_.cudaDev; }
+  // Host connectors for the device links that have no P2P path (dev::ConnectHostFn): what a
+  // device communicator's proxy drives; the CPU tests join emulated kernels with them.
+  Status connectDeviceHost(int channel, const std::vector<int>& recvFrom,
+                           const std::vector<int>& sendTo, dev::HostLinks* links);
   bool isHost() const { return options_.host; }
 
   // Compressed all-reduce (comm_compress.cc): the wire format of float32/float64 sum and
@@ -253,9 +257,13 @@ class Communicator final : public ErrorSink {
   };
   CachedDecision lastDecision_[static_cast<int>(Collective::kCount)];
   std::unique_ptr<ChannelWorkers> workers_;
-  std::unique_ptr<dev::DeviceComm> device_;  // device communicators only
-  std::unique_ptr<PeerWatch> peerWatch_;     // the ranks on this host (null: none, or not watched)
-  TreeLinks trees_;                          // connected when the selector first picks the tree
+  // Device communicators only: the host connectors of links without a P2P path (by device
+  // host channel, then by peer), which the device communicator's proxy drives, and the device
+  // communicator itself (destroyed first).
+  std::vector<std::vector<P2pConnection>> deviceHostConns_;
+  std::unique_ptr<dev::DeviceComm> device_;
+  std::unique_ptr<PeerWatch> peerWatch_;  // the ranks on this host (null: none, or not watched)
+  TreeLinks trees_;                       // connected when the selector first picks the tree
   bool treesConnected_ = false;
   std::unique_ptr<DirectRegion> direct_;
   SlotStreamPolicy directStores_;  // how this rank writes direct_'s buffers  // made when a direct

@@ -2,10 +2,17 @@
 // and queues collectives on the caller's streams.
 #include <algorithm>
 
+#include "common/log.h"
 #include "common/param.h"
 #include "core/comm.h"
 
 namespace chorus {
+
+namespace {
+// Host connectors of device links (dev::ConnectHostFn): channels and bootstrap tags of their own.
+constexpr int kDeviceHostChannelBase = 400;
+constexpr int kTagDeviceHostSetup = 1500;
+}  // namespace
 
 Status Communicator::initDevice(const LocalTopology& topo) {
   dev::DeviceCommSetup s;
@@ -39,10 +46,37 @@ Status Communicator::initDevice(const LocalTopology& topo) {
   s.slotBytes[static_cast<int>(dev::Proto::kSimple)] = g.slotBytes / 16 * 16;
   s.slotBytes[static_cast<int>(dev::Proto::kLl)] =
       std::max<uint32_t>(g.slotBytes / 8 / 16 * 16, 256);
+  s.connectHost = [this](int channel, const std::vector<int>& recvFrom,
+                         const std::vector<int>& sendTo, dev::HostLinks* links) {
+    return connectDeviceHost(channel, recvFrom, sendTo, links);
+  };
   Result<std::unique_ptr<dev::DeviceComm>> d = dev::DeviceComm::create(s);
   if (!d.isOk()) return d.status().withContext(formatString("rank %d init", rank_));
   device_ = d.take();
+  // Every host connector is attached by now (creation ends with all ranks agreeing).
+  if (socket_) CHORUS_TRY(socket_->afterSetup());
+  if (shm_) CHORUS_TRY(shm_->afterSetup());
   options_.cudaDev = device_->cudaDev();
+  return Status::ok();
+}
+
+Status Communicator::connectDeviceHost(int channel, const std::vector<int>& recvFrom,
+                                       const std::vector<int>& sendTo, dev::HostLinks* links) {
+  if (channel < 0 || channel >= dev::kHostChannels)
+    return internalError("rank %d: device host channel %d is outside [0, %d)", rank_, channel,
+                         dev::kHostChannels);
+  if (deviceHostConns_.empty()) deviceHostConns_.resize(dev::kHostChannels);
+  std::vector<P2pConnection>& conns = deviceHostConns_[static_cast<size_t>(channel)];
+  if (conns.empty()) conns.resize(static_cast<size_t>(nranks_));
+  // Channel numbers and bootstrap tags of their own, apart from the host collectives'.
+  CHORUS_TRY(connectPairs(recvFrom, sendTo, kDeviceHostChannelBase + channel,
+                          kTagDeviceHostSetup + channel, false, &conns));
+  links->send.assign(static_cast<size_t>(nranks_), nullptr);
+  links->recv.assign(static_cast<size_t>(nranks_), nullptr);
+  for (int peer : sendTo) links->send[static_cast<size_t>(peer)] = &conns[peer].send;
+  for (int peer : recvFrom) links->recv[static_cast<size_t>(peer)] = &conns[peer].recv;
+  LOG_INFO(kSubsysInit, "rank %d: device host channel %d: %zu send and %zu receive connector(s)",
+           rank_, channel, sendTo.size(), recvFrom.size());
   return Status::ok();
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/dev_emulator.h"
+#include "device/comm_host_links.h"
 #include "cuda/dev_memory.h"
 #include "exec/reduce.h"
 #include "multirank/reference.h"
@@ -306,6 +307,40 @@ TEST(KernelOnHost, ProxiedLinksCarryEveryCollective) {
     for (const Call& c : calls)
       if (c.type == ncclFloat32) sums.push_back(c);
     runCalls(nranks, sums, /*fused=*/true, 1, g);
+  }
+}
+
+// The same links through a communicator's own host transports, as a device communicator
+// builds them for pairs without a P2P path: host communicators of 3 ranks make the connectors
+// of every ring channel and protocol (Communicator::connectDeviceHost) and the emulated
+// kernels' proxies drive them; over shared memory, over TCP, and over TCP with launches that
+// fuse several calls (a launch runs one kernel: the float32 sums). Each on communicators of its
+// own: a device communicator's proxies and FIFOs live as long as its connectors.
+TEST(KernelOnHost, CommunicatorTransportsCarryProxiedLinks) {
+  constexpr int kRanks = 3;
+  for (int round = 0; round < 3; ++round) {
+    const bool tcp = round > 0, fused = round == 2;
+    SCOPED_TRACE(tcp ? (fused ? "TCP, fused" : "TCP") : "shared memory");
+    EmuGeometry g;
+    g.proxied = true;
+    CommHostLinks links(kRanks, tcp, g.nchannels, /*p2p=*/false);
+    ASSERT_EQ(links.error(), "");
+    g.hostLinks = [&links](int sender, int receiver, int channel, int proto, SendConnector** send,
+                           RecvConnector** recv) {
+      return links.link(sender, receiver, channel, proto, send, recv);
+    };
+    std::vector<Call> calls;
+    for (Proto p : {Proto::kLl, Proto::kSimple})
+      for (size_t count : {size_t{1}, size_t{3001}, size_t{70000}}) {
+        calls.push_back(Call{Coll::kAllReduce, ncclFloat32, ref::kSum, count, p, 2});
+        if (fused) continue;
+        calls.push_back(Call{Coll::kReduceScatter, ncclInt32, ref::kProd, count, p, 2});
+        calls.push_back(Call{Coll::kAllGather, ncclFloat16, ref::kSum, count, p, 2});
+        calls.push_back(Call{Coll::kBroadcast, ncclUint8, ref::kSum, count, p, 1, 1});
+      }
+    runCalls(kRanks, calls, fused, 2, g);
+    // Every ring link went through the communicators' connectors.
+    EXPECT_EQ(links.supplied(), kRanks * g.nchannels * kNumProtos);
   }
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cuda/dev_emulator.h"
+#include "device/comm_host_links.h"
 #include "transport/connector.h"
 #include "transport/device_proxy.h"
 #include "cuda/dev_plan.h"
@@ -310,6 +311,28 @@ TEST(P2pOnHost, ProxiedLinksCarryTransfers) {
   for (int r = 0; r < 4; ++r) ring.transfers.push_back(Transfer{r, (r + 1) % 4, 50001, 3, 5});
   runGroups(2, {x, x}, 1, g);
   runGroups(4, {ring}, 2, g);
+}
+
+// The same through host communicators' own transports (Communicator::connectDeviceHost, as a
+// device communicator connects pairs without a P2P path): shared memory, then TCP.
+TEST(P2pOnHost, CommunicatorTransportsCarryTransfers) {
+  for (bool tcp : {false, true}) {
+    SCOPED_TRACE(tcp ? "TCP" : "shared memory");
+    EmuGeometry g;
+    g.proxied = true;
+    CommHostLinks links(3, tcp, /*ringChannels=*/0, /*p2p=*/true);
+    ASSERT_EQ(links.error(), "");
+    g.hostLinks = [&links](int sender, int receiver, int channel, int proto, SendConnector** send,
+                           RecvConnector** recv) {
+      return channel < 0 && links.link(sender, receiver, channel, proto, send, recv);
+    };
+    std::vector<Group> groups;
+    for (size_t bytes : {size_t{1}, size_t{1000}, size_t{4096 * 5 + 3}, size_t{100000}})
+      groups.push_back(allToAll(3, bytes));
+    runGroups(3, groups, 2, g);
+    // Both protocols of every ordered pair went through the communicators' connectors.
+    EXPECT_EQ(links.supplied(), 3 * 2 * kNumProtos);
+  }
 }
 
 // Several transfers between the same two ranks in one group arrive in call order.

@@ -2,7 +2,8 @@
 // threads of this process (ncclCommInitAll), cudaMalloc buffers and a stream per rank; every
 // collective against the reference of the multi-rank tests, both protocols, group calls,
 // send/recv with all-to-all, gather and scatter, a PreMulSum scalar in device memory, and a CUDA
-// graph captured once and replayed with new inputs. Without a usable GPU the program exits 77
+// graph captured once and replayed with new inputs; the same over links through host memory
+// (CHORUS_DEVICE_HOST_LINKS, shared memory and sockets). Without a usable GPU the program exits 77
 // (skipped) and says why.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -142,11 +143,30 @@ void checkCollective(Clique& c, Kind kind, ncclDataType_t type, ref::Op op, size
   }
 }
 
-class DeviceComm : public ::testing::TestWithParam<std::tuple<int, const char*>> {
+// Ranks, CHORUS_PROTO, and the links: "p2p" (as chosen), "shm" or "socket" (every link through
+// host memory and the proxy: CHORUS_DEVICE_HOST_LINKS=1, with CHORUS_SHM_DISABLE=1 for sockets).
+using DeviceCommParam = std::tuple<int, const char*, const char*>;
+
+class DeviceComm : public ::testing::TestWithParam<DeviceCommParam> {
  protected:
-  void SetUp() override { setenv("CHORUS_PROTO", std::get<1>(GetParam()), 1); }
-  void TearDown() override { unsetenv("CHORUS_PROTO"); }
+  void SetUp() override {
+    setenv("CHORUS_PROTO", std::get<1>(GetParam()), 1);
+    const std::string links = std::get<2>(GetParam());
+    if (links != "p2p") setenv("CHORUS_DEVICE_HOST_LINKS", "1", 1);
+    if (links == "socket") setenv("CHORUS_SHM_DISABLE", "1", 1);
+  }
+  void TearDown() override {
+    unsetenv("CHORUS_PROTO");
+    unsetenv("CHORUS_DEVICE_HOST_LINKS");
+    unsetenv("CHORUS_SHM_DISABLE");
+  }
 };
+
+std::string paramName(const ::testing::TestParamInfo<DeviceCommParam>& info) {
+  const std::string proto = std::get<1>(info.param), links = std::get<2>(info.param);
+  return std::to_string(std::get<0>(info.param)) + "ranks_" + (proto.empty() ? "auto" : proto) +
+         (links == "p2p" ? "" : "_" + links);
+}
 
 TEST_P(DeviceComm, EveryCollectiveTypeAndOp) {
   Clique c(std::get<0>(GetParam()));
@@ -169,12 +189,15 @@ TEST_P(DeviceComm, EveryCollectiveTypeAndOp) {
 
 INSTANTIATE_TEST_SUITE_P(RanksOnOneGpu, DeviceComm,
                          ::testing::Combine(::testing::Values(1, 2, 4),
-                                            ::testing::Values("LL", "Simple", "")),
-                         [](const ::testing::TestParamInfo<std::tuple<int, const char*>>& info) {
-                           std::string proto = std::get<1>(info.param);
-                           return std::to_string(std::get<0>(info.param)) + "ranks_" +
-                                  (proto.empty() ? "auto" : proto);
-                         });
+                                            ::testing::Values("LL", "Simple", ""),
+                                            ::testing::Values("p2p")),
+                         paramName);
+// Links through host memory: mapped pinned FIFOs, the proxy and the host transports.
+INSTANTIATE_TEST_SUITE_P(RanksThroughHost, DeviceComm,
+                         ::testing::Combine(::testing::Values(2, 3),
+                                            ::testing::Values("LL", "Simple", ""),
+                                            ::testing::Values("shm", "socket")),
+                         paramName);
 
 // The point-to-point calls: all-to-all, gather, scatter and a ring shift by send/recv in a
 // group (all-to-all also in place), each block of bytes checked against the pattern its sender

@@ -194,6 +194,23 @@ TEST(DevicePath, ShmAndP2pDisabledIsSocket) {
   EXPECT_EQ(choose(t, rankOn(t, 0), rankOn(t, 1), shmOff).kind, DevicePathKind::kP2pNvlink);
 }
 
+// CHORUS_DEVICE_HOST_LINKS=1: every pair through host memory, the same GPU too; sockets when
+// shared memory is off; other hosts stay sockets.
+TEST(DevicePath, HostLinksSendEveryPairThroughHostMemory) {
+  LocalTopology t = dualSocket();
+  DevicePathOptions o;
+  o.hostLinks = true;
+  DevicePath same = choose(t, rankOn(t, 1, 7), rankOn(t, 1, 7), o);
+  EXPECT_EQ(same.kind, DevicePathKind::kShm);
+  EXPECT_NE(same.reason.find("DEVICE_HOST_LINKS"), std::string::npos) << same.reason;
+  EXPECT_EQ(choose(t, rankOn(t, 0), rankOn(t, 1), o).kind, DevicePathKind::kShm);  // NVLink
+  DeviceEndpoint far = rankOn(t, 0);
+  far.hostId ^= 1;
+  EXPECT_EQ(choose(t, rankOn(t, 0), far, o).kind, DevicePathKind::kSocket);
+  o.shmDisabled = true;
+  EXPECT_EQ(choose(t, rankOn(t, 1, 7), rankOn(t, 1, 8), o).kind, DevicePathKind::kSocket);
+}
+
 TEST(DevicePath, GpuMissingFromTheTopologyIsStaged) {
   LocalTopology t = dualSocket();
   DeviceEndpoint ghost = makeDeviceEndpoint(t.hostId, 200, 4, "0000:99:00.0");
@@ -223,11 +240,12 @@ TEST(DevicePath, SymmetricOverEveryPairAndOption) {
     }
     ends.push_back(makeDeviceEndpoint(t.hostId, 300, 0, "0000:99:00.0"));
     ends.push_back(makeDeviceEndpoint(t.hostId ^ 1, 100, 0, t.gpus[0].pciBusId));
-    for (int bits = 0; bits < 4; ++bits)
+    for (int bits = 0; bits < 8; ++bits)
       for (int l = 0; l <= static_cast<int>(P2pLevel::kSys); ++l) {
         DevicePathOptions o = level(static_cast<P2pLevel>(l));
         o.p2pDisabled = bits & 1;
         o.shmDisabled = bits & 2;
+        o.hostLinks = bits & 4;
         for (const DeviceEndpoint& a : ends)
           for (const DeviceEndpoint& b : ends) {
             SCOPED_TRACE(std::string(name) + " " + a.busId + " pid " + std::to_string(a.pid) +
@@ -263,14 +281,20 @@ TEST(DevicePath, ParseP2pLevel) {
 }
 
 TEST(DevicePath, OptionsFromEnvironment) {
-  for (const char* v : {"CHORUS_P2P_LEVEL", "NCCL_P2P_LEVEL", "CHORUS_P2P_DISABLE",
-                        "NCCL_P2P_DISABLE", "CHORUS_SHM_DISABLE", "NCCL_SHM_DISABLE"})
+  for (const char* v :
+       {"CHORUS_P2P_LEVEL", "NCCL_P2P_LEVEL", "CHORUS_P2P_DISABLE", "NCCL_P2P_DISABLE",
+        "CHORUS_SHM_DISABLE", "NCCL_SHM_DISABLE", "CHORUS_DEVICE_HOST_LINKS"})
     unsetenv(v);
   Result<DevicePathOptions> d = devicePathOptionsFromEnv();
   ASSERT_TRUE(d.isOk());
   EXPECT_EQ(d.value().p2pLevel, P2pLevel::kPxb);
   EXPECT_FALSE(d.value().p2pDisabled);
   EXPECT_FALSE(d.value().shmDisabled);
+  EXPECT_FALSE(d.value().hostLinks);
+  setenv("CHORUS_DEVICE_HOST_LINKS", "1", 1);
+  ASSERT_TRUE(devicePathOptionsFromEnv().isOk());
+  EXPECT_TRUE(devicePathOptionsFromEnv().value().hostLinks);
+  unsetenv("CHORUS_DEVICE_HOST_LINKS");
   setenv("NCCL_P2P_LEVEL", "sys", 1);
   setenv("NCCL_P2P_DISABLE", "1", 1);
   setenv("CHORUS_SHM_DISABLE", "1", 1);

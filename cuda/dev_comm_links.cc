@@ -1,0 +1,229 @@
+// The CUDA device communicator's links to other ranks: point-to-point FIFOs in each receiver's
+// GPU memory (mapped by the sender within a process, through CUDA IPC across processes), and
+// for pairs without a P2P path FIFOs in mapped pinned host memory that a proxy thread joins
+// through the communicator's host transports.
+#include <algorithm>
+
+#include "cuda/dev_comm_cuda.h"
+
+namespace chorus {
+namespace dev {
+namespace cuda_comm {
+
+Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
+                                    const std::vector<DeviceEndpoint>& ends,
+                                    const RegionLayout& layout, cudaStream_t setup,
+                                    SetupFailure* local) {
+  const int n = s.nranks;
+  const DeviceEndpoint& me = ends[static_cast<size_t>(rank_)];
+  peerRecv_.assign(static_cast<size_t>(n), nullptr);
+  peerSend_.assign(static_cast<size_t>(n), nullptr);
+  peerSendIpc_.assign(static_cast<size_t>(n), false);
+  noRecvLink_.assign(static_cast<size_t>(n), "");
+  peersHost_.assign(static_cast<size_t>(n), Channel());
+  peerRecvViaHost_.assign(static_cast<size_t>(n), MappedRegion());
+  peerSendViaHost_.assign(static_cast<size_t>(n), MappedRegion());
+  // Peers whose links to and from this rank go through host memory (the path is the same
+  // both ways).
+  std::vector<int> viaHost;
+  // Per peer and protocol: the send step, the receive step.
+  const size_t stateWords = static_cast<size_t>(n) * kNumProtos * 2;
+  if (local->ok() &&
+      local->cuda(cudaMalloc(reinterpret_cast<void**>(&peerState_), stateWords * sizeof(uint64_t)),
+                  formatString("rank %d: cudaMalloc of the point-to-point FIFO state", rank_)))
+    local->cuda(cudaMemsetAsync(peerState_, 0, stateWords * sizeof(uint64_t), setup),
+                "cudaMemsetAsync");
+  // This rank decides each link into its own memory and tells the sender; after a local
+  // failure it offers none (the agreement at the end of init fails every rank).
+  for (int p = 0; p < n; ++p) {
+    if (p == rank_) continue;
+    const DeviceEndpoint& peer = ends[static_cast<size_t>(p)];
+    const DevicePath path = chooseDevicePath(*s.topo, peer, me, s.paths);
+    P2pLinkInfo info{};
+    if (!isP2p(path.kind) && s.connectHost) {
+      viaHost.push_back(p);
+      info.region.owner = me;
+      info.region.layout = layout;
+      info.region.viaHost = 1;
+      if (local->ok() && allocMapped(layout.totalBytes(), nullptr,
+                                     formatString("rank %d: receive FIFO from rank %d", rank_, p),
+                                     local, &peerRecvViaHost_[static_cast<size_t>(p)])) {
+        peerRecv_[static_cast<size_t>(p)] = peerRecvViaHost_[static_cast<size_t>(p)].dev;
+        info.region.usable = 1;
+      }
+    } else if (!isP2p(path.kind)) {
+      snprintf(info.reason, sizeof info.reason, "%s: %s", devicePathName(path.kind),
+               path.reason.c_str());
+      noRecvLink_[static_cast<size_t>(p)] = info.reason;
+    } else if (local->ok()) {
+      if (path.crossContext) warnCrossContext();
+      const bool exported = peer.pid != me.pid || peer.hostId != me.hostId;
+      const size_t bytes = allocationBytes(layout.totalBytes(), exported);
+      char* region = nullptr;
+      if (local->cuda(cudaMalloc(reinterpret_cast<void**>(&region), bytes),
+                      formatString("rank %d: cudaMalloc of %zu bytes of receive FIFOs from "
+                                   "rank %d",
+                                   rank_, bytes, p))) {
+        peerRecv_[static_cast<size_t>(p)] = region;
+        info.region.owner = me;
+        info.region.layout = layout;
+        info.region.address = reinterpret_cast<uint64_t>(region);
+        if (local->cuda(cudaMemsetAsync(region, 0, bytes, setup), "cudaMemsetAsync") &&
+            (!exported || local->cuda(cudaIpcGetMemHandle(&info.region.ipc, region),
+                                      formatString("rank %d: cudaIpcGetMemHandle", rank_))))
+          info.region.usable = 1;
+      }
+    }
+    CHORUS_TRY(s.bootstrap->send(p, kTagDeviceP2p, &info, sizeof info));
+  }
+  if (local->ok()) local->cuda(cudaStreamSynchronize(setup), "cudaStreamSynchronize");
+  for (int p = 0; p < n; ++p) {
+    if (p == rank_) continue;
+    P2pLinkInfo theirs{};
+    CHORUS_TRY(s.bootstrap->recv(p, kTagDeviceP2p, &theirs, sizeof theirs));
+    // A link the receiver refused is reported by the receiver (init's agreement).
+    if (theirs.region.usable == 0 || !local->ok()) continue;
+    if (!(theirs.region.layout == layout)) {
+      local->note(invalidUsage(
+          "rank %d: rank %d uses other device FIFO sizes (CHORUS_BUFFSIZE or CHORUS_STEPS differ "
+          "between the ranks); set them alike on every rank",
+          rank_, p));
+      continue;
+    }
+    const bool via = std::find(viaHost.begin(), viaHost.end(), p) != viaHost.end();
+    if ((theirs.region.viaHost != 0) != via) {
+      local->note(internalError(
+          "rank %d: rank %d and this rank disagree on whether the link between them goes "
+          "through host memory (their topologies differ)",
+          rank_, p));
+      continue;
+    }
+    if (via) {
+      MappedRegion& out = peerSendViaHost_[static_cast<size_t>(p)];
+      if (allocMapped(layout.totalBytes(), &layout,
+                      formatString("rank %d: send FIFO to rank %d", rank_, p), local, &out))
+        peerSend_[static_cast<size_t>(p)] = out.dev;
+      continue;
+    }
+    bool ipc = false;
+    mapRegion(me, theirs.region, p, "receive FIFO", local, &peerSend_[static_cast<size_t>(p)],
+              &ipc);
+    peerSendIpc_[static_cast<size_t>(p)] = ipc;
+  }
+  // The host connectors of those links, one per protocol each way, joined to the FIFOs by the
+  // proxy (every rank takes part, whatever its own set-up did: the peers wait for it).
+  for (int q = 0; q < kNumProtos && !viaHost.empty(); ++q) {
+    HostLinks links;
+    CHORUS_TRY(s.connectHost(kHostP2pChannel + q, viaHost, viaHost, &links));
+    for (int p : viaHost) {
+      const MappedRegion& in = peerRecvViaHost_[static_cast<size_t>(p)];
+      const MappedRegion& out = peerSendViaHost_[static_cast<size_t>(p)];
+      if (!local->ok() || !in.valid() || !out.valid()) continue;
+      const std::string what = formatString("device link between ranks %d and %d, %s", rank_, p,
+                                            protoName(static_cast<Proto>(q)));
+      local->note(proxy_->addSend(out.proxyFifo(layout, 0, q), links.send[static_cast<size_t>(p)],
+                                  "send " + what)) &&
+          local->note(proxy_->addRecv(links.recv[static_cast<size_t>(p)],
+                                      in.proxyFifo(layout, 0, q), static_cast<Proto>(q),
+                                      "receive " + what));
+    }
+  }
+  for (int p = 0; p < n; ++p)
+    for (int q = 0; q < kNumProtos && peerState_ != nullptr; ++q) {
+      uint64_t* steps = peerState_ + (static_cast<size_t>(p) * kNumProtos + q) * 2;
+      Channel& link = peersHost_[static_cast<size_t>(p)];
+      if (peerSendViaHost_[static_cast<size_t>(p)].valid())
+        link.send[q] = peerSendViaHost_[static_cast<size_t>(p)].kernelFifo(layout, 0, q, steps);
+      else if (char* out = peerSend_[static_cast<size_t>(p)])
+        link.send[q] = layout.fifo(out, 0, q, steps);
+      if (char* in = peerRecv_[static_cast<size_t>(p)])
+        link.recv[q] = layout.fifo(in, 0, q, steps + 1);
+    }
+  return Status::ok();
+}
+
+bool CudaDeviceComm::allocMapped(size_t bytes, const RegionLayout* sizesOf, const std::string& what,
+                                 SetupFailure* local, MappedRegion* out) {
+  // The slot sizes follow the FIFOs, on a line of their own.
+  uint32_t perFifo = 0;
+  if (sizesOf != nullptr)
+    for (int p = 0; p < kNumProtos; ++p) perFifo = std::max(perFifo, sizesOf->nslots[p]);
+  const size_t sizesAt = (bytes + kLine - 1) / kLine * kLine;
+  const size_t sizesBytes =
+      sizesOf != nullptr ? static_cast<size_t>(sizesOf->nchannels) * kNumProtos * perFifo * 4 : 0;
+  const size_t total = sizesAt + sizesBytes;
+  void* host = nullptr;
+  if (!local->cuda(cudaHostAlloc(&host, total, cudaHostAllocMapped | cudaHostAllocPortable),
+                   formatString("%s: cudaHostAlloc of %zu bytes", what.c_str(), total)))
+    return false;
+  hostRegions_.push_back(host);
+  // Fresh LL lines must carry no step's flag, and counters start at zero.
+  std::memset(host, 0, total);
+  void* dev = nullptr;
+  if (!local->cuda(cudaHostGetDevicePointer(&dev, host, 0),
+                   formatString("%s: cudaHostGetDevicePointer", what.c_str())))
+    return false;
+  out->host = static_cast<char*>(host);
+  out->dev = static_cast<char*>(dev);
+  if (sizesOf != nullptr) {
+    out->sizesHost = reinterpret_cast<uint32_t*>(out->host + sizesAt);
+    out->sizesDev = reinterpret_cast<uint32_t*>(out->dev + sizesAt);
+    out->sizesPerFifo = perFifo;
+  }
+  return true;
+}
+
+Status CudaDeviceComm::connectRingViaHost(const DeviceCommSetup& s, int prev, int next,
+                                          bool sendVia, bool recvVia, const RegionLayout& layout,
+                                          SetupFailure* local) {
+  const std::vector<int> from = recvVia ? std::vector<int>{prev} : std::vector<int>{};
+  const std::vector<int> to = sendVia ? std::vector<int>{next} : std::vector<int>{};
+  for (int c = 0; c < static_cast<int>(layout.nchannels); ++c) {
+    for (int p = 0; p < kNumProtos; ++p) {
+      HostLinks links;
+      CHORUS_TRY(s.connectHost(hostRingChannel(c, p), from, to, &links));
+      if (!local->ok()) continue;
+      const char* proto = protoName(static_cast<Proto>(p));
+      if (sendVia && sendViaHost_.valid() &&
+          !local->note(proxy_->addSend(
+              sendViaHost_.proxyFifo(layout, c, p), links.send[static_cast<size_t>(next)],
+              formatString("ring channel %d from rank %d to rank %d, %s", c, rank_, next, proto))))
+        continue;
+      if (recvVia && recvViaHost_.valid())
+        local->note(proxy_->addRecv(
+            links.recv[static_cast<size_t>(prev)], recvViaHost_.proxyFifo(layout, c, p),
+            static_cast<Proto>(p),
+            formatString("ring channel %d from rank %d to rank %d, %s", c, prev, rank_, proto)));
+    }
+  }
+  return Status::ok();
+}
+
+void CudaDeviceComm::mapRegion(const DeviceEndpoint& me, const RegionInfo& theirs, int owner,
+                               const char* what, SetupFailure* local, char** mapped, bool* ipc) {
+  const DeviceEndpoint& o = theirs.owner;
+  if (o.pid == me.pid && o.hostId == me.hostId) {
+    if (o.cudaDev != device_) {
+      cudaError_t e = cudaDeviceEnablePeerAccess(o.cudaDev, 0);
+      if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
+        local->cuda(e, formatString("rank %d: cudaDeviceEnablePeerAccess(%d)", rank_, o.cudaDev));
+        return;
+      }
+      cudaGetLastError();
+    }
+    *mapped = reinterpret_cast<char*>(theirs.address);
+    *ipc = false;
+    return;
+  }
+  void* p = nullptr;
+  if (local->cuda(
+          cudaIpcOpenMemHandle(&p, theirs.ipc, cudaIpcMemLazyEnablePeerAccess),
+          formatString("rank %d: cudaIpcOpenMemHandle of rank %d's %s", rank_, owner, what))) {
+    *mapped = static_cast<char*>(p);
+    *ipc = true;
+  }
+}
+
+}  // namespace cuda_comm
+}  // namespace dev
+}  // namespace chorus
