@@ -1,9 +1,9 @@
 #include "common.h"
 
-#include <getopt.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cerrno>
 #include <cstdint>
@@ -14,11 +14,13 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "chorus.h"
 #include "chorus_config.h"
 #include "buffers.h"
+#include "options.h"
 #include "verify.h"
 
 #if CHORUS_HAVE_CUDA
@@ -34,7 +36,7 @@
 namespace chorus::perf {
 namespace {
 std::string gProgram = "perf";
-bool gDeviceSelected = false;  // selectDevice made a GPU current
+std::atomic<bool> gDeviceSelected{false};  // selectDevice made a GPU current (any thread)
 }  // namespace
 
 void fail(const char* fmt, ...) {
@@ -49,195 +51,11 @@ void fail(const char* fmt, ...) {
 
 namespace {
 
-// ---- command line -----------------------------------------------------------------------------
-
-struct Options {
-  size_t minBytes = 32 << 20, maxBytes = 32 << 20, stepBytes = 1 << 20, stepFactor = 1;
-  int iters = 20, warmupIters = 5, aggIters = 1, runCycles = 1, check = 1, average = 1;
-  int registration = 0;  // -R: 0 none, 1 ncclCommRegister, 2 symmetric windows (host only)
-  int blocking = 0;      // device buffers: wait for each iteration (host calls always complete)
-  int streamNull = 0;    // device buffers: the legacy default stream instead of one of our own
-  int parallelInit = 0, reportCpuTime = 0;  // no effect
-  std::vector<const TypeInfo*> types{findType("float")};
-  std::vector<PerfOp> ops{kSum};
-  int root = 0;  // -1: every root
-};
-
-void usage(const Collective& coll) {
-  std::printf(
-      "usage: %s [options]\n"
-      "  -b,--minbytes <size>        smallest size, with K/M/G suffix (default 32M)\n"
-      "  -e,--maxbytes <size>        largest size (default 32M)\n"
-      "  -i,--stepbytes <size>       additive step between sizes (default 1M)\n"
-      "  -f,--stepfactor <n>         multiplicative step between sizes (overrides -i when > 1)\n"
-      "  -n,--iters <n>              timed iterations (default 20)\n"
-      "  -w,--warmup_iters <n>       untimed warmup iterations (default 5)\n"
-      "  -m,--agg_iters <n>          calls aggregated in one group per iteration (default 1)\n"
-      "  -N,--run_cycles <n>         repeat the size sweep n times, 0 = forever (default 1)\n"
-      "  -c,--check <n>              validated runs per size, 0 = none (default 1)\n"
-      "  -o,--op <op>                sum|prod|max|min|avg|mulsum|all (default sum)\n"
-      "  -d,--datatype <type>        int8|uint8|int32|uint32|int64|uint64|half|float|double|\n"
-      "                              bfloat16|f8e4m3|f8e5m2|all (default float)\n"
-      "  -r,--root <rank|all>        root of rooted collectives (default 0)\n"
-      "  -a,--average <0..3>         time reported across ranks: 0 rank 0, 1 avg, 2 min, 3 max\n"
-      "  -z,--blocking <0/1>         wait for each call (device buffers); host collectives\n"
-      "                              always complete in the call\n"
-      "  -C,--report_cputime <0/1>   label the time column cputime (same clock on host)\n"
-      "  -R,--local_register <0..2>  host buffers from ncclMemAlloc, registered: 1\n"
-      "                              ncclCommRegister, 2 ncclCommWindowRegister symmetric\n"
-      "                              windows (read in place by ranks on one host); 0 (default)\n"
-      "                              plain memory; ignored for device buffers\n"
-      "  -g,--ngpus 1  -t,--nthreads 1  -p,--parallel_init <0/1>  -G,--cudagraph 0\n"
-      "  -y,--stream_null <0/1>      device buffers: run on the NULL stream\n"
-      "  -h,--help\n"
-      "Device communicators (a CUDA build on a GPU, see CHORUS_HOST_COMM) get cudaMalloc'd\n"
-      "buffers and a stream per rank, on GPU <local rank> modulo the GPUs visible.\n"
-      "Ranks come from CHORUS_RANK/CHORUS_NRANKS (chorusrun), Open MPI, MPICH, Slurm or\n"
-      "torchrun variables; the rendezvous from NCCL_COMM_ID/CHORUS_COMM_ID or MASTER_ADDR and\n"
-      "MASTER_PORT (the tool uses MASTER_PORT+1).\n",
-      (std::string(coll.name) + "_perf").c_str());
-}
-
-long parseInt(const char* s, const char* what, long lo, long hi) {
-  char* end = nullptr;
-  errno = 0;
-  long v = std::strtol(s, &end, 0);
-  if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
-    fail("invalid %s '%s': expected an integer in [%ld, %ld]", what, s, lo, hi);
-  return v;
-}
-
-// A byte count with an optional binary K/M/G/T suffix, as nccl-tests accepts ("1.5M" too).
-size_t parseSize(const char* s, const char* what) {
-  char* end = nullptr;
-  double v = std::strtod(s, &end);
-  const char* suffix =
-      end != s && *end != '\0' && end[1] == '\0' ? std::strchr("kmgt", *end | 32) : nullptr;
-  if (suffix != nullptr && *suffix != '\0') {
-    v = std::ldexp(v, 10 * static_cast<int>(suffix - "kmgt" + 1));
-    ++end;
-  }
-  if (end == s || *end != '\0' || !(v >= 0) || v > 1e18)
-    fail("invalid %s '%s': expected a byte count such as 8, 64K, 1M or 2G", what, s);
-  return static_cast<size_t>(v);
-}
-
-// The integer options: flag, long name, field, accepted range.
-struct IntOption {
-  int flag;
-  const char* name;
-  int Options::*field;
-  long lo, hi;
-};
-const IntOption kIntOptions[] = {
-    {'n', "iters", &Options::iters, 1, INT32_MAX},
-    {'w', "warmup_iters", &Options::warmupIters, 0, INT32_MAX},
-    {'m', "agg_iters", &Options::aggIters, 1, 1 << 20},
-    {'N', "run_cycles", &Options::runCycles, 0, INT32_MAX},
-    {'c', "check", &Options::check, 0, 1 << 20},
-    {'a', "average", &Options::average, 0, 3},
-    {'z', "blocking", &Options::blocking, 0, 3},
-    {'p', "parallel_init", &Options::parallelInit, 0, 1},
-    {'y', "stream_null", &Options::streamNull, 0, 1},
-    {'C', "report_cputime", &Options::reportCpuTime, 0, 1},
-    {'R', "local_register", &Options::registration, 0, 2},
-};
-
-Options parseOptions(int argc, char** argv, const Collective& coll) {
-  std::vector<option> longOpts = {{"nthreads", required_argument, nullptr, 't'},
-                                  {"ngpus", required_argument, nullptr, 'g'},
-                                  {"minbytes", required_argument, nullptr, 'b'},
-                                  {"maxbytes", required_argument, nullptr, 'e'},
-                                  {"stepbytes", required_argument, nullptr, 'i'},
-                                  {"stepfactor", required_argument, nullptr, 'f'},
-                                  {"op", required_argument, nullptr, 'o'},
-                                  {"datatype", required_argument, nullptr, 'd'},
-                                  {"root", required_argument, nullptr, 'r'},
-                                  {"cudagraph", required_argument, nullptr, 'G'},
-                                  {"help", no_argument, nullptr, 'h'}};
-  std::string shortOpts = "t:g:b:e:i:f:o:d:r:G:h";
-  for (const IntOption& io : kIntOptions) {
-    longOpts.push_back({io.name, required_argument, nullptr, io.flag});
-    shortOpts += {static_cast<char>(io.flag), ':'};
-  }
-  longOpts.push_back({nullptr, 0, nullptr, 0});
-  Options o;
-  for (int c; (c = getopt_long(argc, argv, shortOpts.c_str(), longOpts.data(), nullptr)) != -1;) {
-    const IntOption* io = nullptr;
-    for (const IntOption& candidate : kIntOptions)
-      if (candidate.flag == c) io = &candidate;
-    if (io != nullptr) {
-      std::string what = std::string(io->name) + " (-" + static_cast<char>(c) + ")";
-      o.*io->field = static_cast<int>(parseInt(optarg, what.c_str(), io->lo, io->hi));
-      continue;
-    }
-    switch (c) {
-      case 'b':
-        o.minBytes = parseSize(optarg, "minbytes (-b)");
-        break;
-      case 'e':
-        o.maxBytes = parseSize(optarg, "maxbytes (-e)");
-        break;
-      case 'i':
-        o.stepBytes = parseSize(optarg, "stepbytes (-i)");
-        break;
-      case 'f':
-        o.stepFactor = parseInt(optarg, "stepfactor (-f)", 1, 1 << 20);
-        break;
-      case 't':
-        if (parseInt(optarg, "nthreads (-t)", 1, INT32_MAX) != 1)
-          fail("-t %s: one thread per process is supported; start one process per rank", optarg);
-        break;
-      case 'g':
-        if (parseInt(optarg, "ngpus (-g)", 1, INT32_MAX) != 1)
-          fail("-g %s: one rank per process is supported; start one process per rank", optarg);
-        break;
-      case 'G':
-        if (parseInt(optarg, "cudagraph (-G)", 0, INT32_MAX) != 0)
-          fail("-G %s: the perf tools do not capture CUDA graphs; use -G 0", optarg);
-        break;
-      case 'o':
-        o.ops.clear();
-        for (int i = 0; i < kNumPerfOps; ++i)
-          if (std::strcmp(optarg, "all") == 0 || std::strcmp(optarg, kOpNames[i]) == 0)
-            o.ops.push_back(static_cast<PerfOp>(i));
-        if (o.ops.empty())
-          fail("invalid op '%s': expected sum, prod, max, min, avg, mulsum or all", optarg);
-        break;
-      case 'd':
-        o.types.clear();
-        for (int i = 0; i < kNumTypes; ++i)
-          if (std::strcmp(optarg, "all") == 0) o.types.push_back(&kTypes[i]);
-        if (o.types.empty() && findType(optarg) != nullptr) o.types.push_back(findType(optarg));
-        if (o.types.empty())
-          fail(
-              "invalid datatype '%s': expected int8, uint8, int32, uint32, int64, uint64, half, "
-              "float, double, bfloat16, f8e4m3, f8e5m2 or all",
-              optarg);
-        break;
-      case 'r':
-        o.root =
-            std::strcmp(optarg, "all") == 0 ? -1 : parseInt(optarg, "root (-r)", -1, INT32_MAX);
-        break;
-      case 'h':
-        usage(coll);
-        std::exit(0);
-      default:
-        fail("invalid command line (see %s_perf -h)", coll.name);
-    }
-  }
-  if (optind < argc) fail("unexpected argument '%s' (see %s_perf -h)", argv[optind], coll.name);
-  if (o.minBytes > o.maxBytes)
-    fail("minbytes (%zu) is larger than maxbytes (%zu)", o.minBytes, o.maxBytes);
-  if (o.stepFactor <= 1 && o.stepBytes == 0 && o.minBytes < o.maxBytes)
-    fail("stepbytes (-i) must be positive when no stepfactor (-f) above 1 is given");
-  return o;
-}
-
 // ---- ranks and rendezvous ---------------------------------------------------------------------
 
 struct RankEnv {
   int rank = 0, nranks = 1, localRank = 0;
+  int group = 0;  // the thread of its process (nccl-tests' "Group")
 };
 
 bool envInt(const char* name, long lo, long hi, int* out) {
@@ -336,8 +154,14 @@ struct Test {
 
 class Bench {
  public:
-  Bench(const Collective& coll, const Options& opt, const RankEnv& env)
-      : coll_(coll), opt_(opt), rank_(env.rank), nranks_(env.nranks) {}
+  // id: the unique id every rank of the process shares, or null for one from the environment.
+  Bench(const Collective& coll, const Options& opt, const RankEnv& env, const ncclUniqueId* id)
+      : coll_(coll),
+        opt_(opt),
+        rank_(env.rank),
+        nranks_(env.nranks),
+        group_(env.group),
+        sharedId_(id) {}
 
   ~Bench() {
     send_.reset();
@@ -351,7 +175,10 @@ class Bench {
 
   int run() {
     ncclUniqueId id;
-    check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    if (sharedId_ != nullptr)
+      id = *sharedId_;
+    else
+      check(ncclGetUniqueId(&id), "ncclGetUniqueId");
     ncclComm_t comm = nullptr;
     ncclResult_t initResult = ncclCommInitRank(&comm, nranks_, id, rank_);
     if (initResult == ncclSuccess) comm_ = comm;
@@ -505,9 +332,10 @@ class Bench {
                   NCCL_VERSION_CODE, version);
       std::printf("# Collective test starting: %s\n", gProgram.c_str());
       std::printf(
-          "# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
+          "# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
           "iters: %d agg iters: %d validation: %d graph: 0\n",
-          opt_.minBytes, opt_.maxBytes, opt_.stepFactor > 1 ? opt_.stepFactor : opt_.stepBytes,
+          opt_.nthreads, opt_.ngpus, opt_.minBytes, opt_.maxBytes,
+          opt_.stepFactor > 1 ? opt_.stepFactor : opt_.stepBytes,
           opt_.stepFactor > 1 ? "factor" : "bytes", opt_.warmupIters, opt_.iters, opt_.aggIters,
           opt_.check);
       if (opt_.blocking)
@@ -531,7 +359,7 @@ class Bench {
     std::vector<char> lines(kRankLine * nranks_);
     char* mine = scratch_->data() + kRankLine * rank_;
     std::snprintf(lines.data() + kRankLine * rank_, kRankLine,
-                  "#  Rank %2d Group %2d Pid %6d on %10s %s\n", rank_, 0,
+                  "#  Rank %2d Group %2d Pid %6d on %10s %s\n", rank_, group_,
                   static_cast<int>(getpid()), host, describeDevice().c_str());
     upload(*scratch_, mine, lines.data() + kRankLine * rank_, kRankLine);
     check(ncclAllGather(mine, scratch_->data(), kRankLine, ncclUint8, comm_, stream()),
@@ -748,6 +576,8 @@ class Bench {
   const Collective& coll_;
   const Options& opt_;
   int rank_, nranks_;
+  int group_;
+  const ncclUniqueId* sharedId_;
   ncclComm_t comm_ = nullptr;
   bool device_ = false;  // the communicator takes device buffers
 #if CHORUS_HAVE_CUDA
@@ -767,14 +597,49 @@ int perfMain(int argc, char** argv, const Collective& coll) {
   gProgram = std::string(coll.name) + "_perf";
   setlinebuf(stdout);
   Options opt = parseOptions(argc, argv, coll);
-  RankEnv env = detectRanks();
-  if (coll.hasRoot && opt.root >= env.nranks)
-    fail("root %d is out of range for %d ranks", opt.root, env.nranks);
-  setupRendezvous(env);
+  const RankEnv process = detectRanks();
+  const int perProcess = opt.nthreads * opt.ngpus;
+  if (static_cast<long>(process.nranks) * perProcess > INT32_MAX)
+    fail("%d processes x %d ranks each are too many ranks", process.nranks, perProcess);
+  const int nranks = process.nranks * perProcess;
+  if (coll.hasRoot && opt.root >= nranks)
+    fail("root %d is out of range for %d ranks", opt.root, nranks);
+  // The ranks of this process: process rank p holds ranks p*perProcess ... (p+1)*perProcess-1,
+  // local ranks (the GPU choice) numbered alike.
+  std::vector<RankEnv> ranks(static_cast<size_t>(perProcess));
+  for (int i = 0; i < perProcess; ++i) {
+    RankEnv& e = ranks[static_cast<size_t>(i)];
+    e.rank = process.rank * perProcess + i;
+    e.nranks = nranks;
+    e.localRank = process.localRank * perProcess + i;
+    e.group = i / opt.ngpus;
+  }
+  // One process: its own unique id, shared by its ranks; several: the environment's.
+  ncclUniqueId id;
+  const ncclUniqueId* shared = nullptr;
+  if (process.nranks == 1 && nranks > 1 && !std::getenv("CHORUS_COMM_ID") &&
+      !std::getenv("NCCL_COMM_ID")) {
+    ncclResult_t r = ncclGetUniqueId(&id);
+    if (r != ncclSuccess)
+      fail("ncclGetUniqueId failed: %s (%s)", ncclGetErrorString(r), ncclGetLastError(nullptr));
+    shared = &id;
+  } else {
+    setupRendezvous(RankEnv{process.rank, nranks, process.localRank, 0});
+  }
+  auto runRank = [&](const RankEnv& e) {
 #if CHORUS_HAVE_CUDA
-  selectDevice(env);
+    selectDevice(e);  // per thread: the current device is the calling thread's
 #endif
-  return Bench(coll, opt, env).run();
+    return Bench(coll, opt, e, shared).run();
+  };
+  if (perProcess == 1) return runRank(ranks[0]);
+  std::vector<int> results(static_cast<size_t>(perProcess), 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < perProcess; ++i)
+    threads.emplace_back(
+        [&, i] { results[static_cast<size_t>(i)] = runRank(ranks[static_cast<size_t>(i)]); });
+  for (std::thread& t : threads) t.join();
+  return *std::max_element(results.begin(), results.end());
 }
 
 }  // namespace chorus::perf

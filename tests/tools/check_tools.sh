@@ -2,7 +2,8 @@
 # Command-line behaviour of the tools and the TUNING log: chorus-tune prints decision tables,
 # refuses bad overrides and writes and reads tuning files, a communicator logs each (collective, size class) decision once, a bad
 # CHORUS_ALGO fails init with a message naming it, and chorus-topo --comm describes the ring and
-# trees of a communicator; chorusrun binds ranks to blocks of its CPUs.
+# trees of a communicator; chorusrun binds ranks to blocks of its CPUs; the perf tools run
+# several ranks per process (-t, -g).
 # usage: check_tools.sh <chorusrun> <chorus-tune> <chorus-topo> <all_reduce_perf> <fixtures dir>
 set -u
 run=$1 tune=$2 topo=$3 perf=$4 fixtures=$5
@@ -205,6 +206,27 @@ CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=TUNING timeout 120 "$run" -n 2 "$perf" -b 
   -w 1 > "$tmp/boundcores.txt" 2>&1
 check "two bound ranks count $want cores per rank" \
   $(grep -q "at most 2 per host, $want cores per rank" "$tmp/boundcores.txt"; echo $?)
+
+# The perf tools' -t and -g: nthreads x ngpus ranks per process, a thread each; alone (its own
+# unique id) and under chorusrun (ranks numbered process after process); results validated.
+timeout 120 "$perf" -t 2 -g 2 -b 8 -e 64K -f 8 -n 2 -w 1 > "$tmp/threads.txt" 2>&1
+status=$?
+pids=$(grep '^#  Rank' "$tmp/threads.txt" | awk '{print $7}' | sort -u | wc -l)
+check "all_reduce_perf -t 2 -g 2 runs 4 ranks in one process, results valid (exit $status)" \
+  $([ $status -eq 0 ] && grep -q 'nThread 2 nGpus 2' "$tmp/threads.txt" &&
+    [ "$(grep -c '^#  Rank' "$tmp/threads.txt")" -eq 4 ] && [ "$pids" -eq 1 ] &&
+    grep -q 'Rank  3 Group  1' "$tmp/threads.txt" &&
+    grep -q 'Out of bounds values : 0 OK' "$tmp/threads.txt"; echo $?)
+timeout 120 "$run" -n 2 "$perf" -t 2 -b 8 -e 64K -f 8 -n 2 -w 1 > "$tmp/threads2.txt" 2>&1
+status=$?
+pids=$(grep '^#  Rank' "$tmp/threads2.txt" | awk '{print $7}' | sort -u | wc -l)
+check "chorusrun -n 2 all_reduce_perf -t 2 runs 4 ranks in 2 processes (exit $status)" \
+  $([ $status -eq 0 ] && [ "$(grep -c '^#  Rank' "$tmp/threads2.txt")" -eq 4 ] &&
+    [ "$pids" -eq 2 ] && grep -q 'Out of bounds values : 0 OK' "$tmp/threads2.txt"; echo $?)
+timeout 60 "$perf" -t 0 > "$tmp/threads0.txt" 2>&1
+status=$?
+check "all_reduce_perf -t 0 is refused (exit $status)" \
+  $([ $status -ne 0 ] && grep -q 'nthreads (-t)' "$tmp/threads0.txt"; echo $?)
 
 if [ $failures -ne 0 ]; then
   echo "---- outputs"
