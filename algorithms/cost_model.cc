@@ -27,6 +27,8 @@ const std::vector<CostField>& costFields() {
       {"cache_mib", &CostModel::cacheMiB,
        "buffers of a host's ranks that still fit in the caches (MiB)"},
       {"dram_gbps", &CostModel::dramGBps, "one core streaming from beyond the caches (GB/s)", true},
+      {"ring_traffic", &CostModel::ringTraffic,
+       "memory traffic per byte a ring step moves beyond the caches (bytes)"},
       {"wake_us", &CostModel::wakeUs, "waking a peer that is not running (us)"},
       {"channel_launch_us", &CostModel::channelLaunchUs, "starting one more channel thread (us)"},
   };

@@ -30,9 +30,12 @@ struct CostModel {
   double memGBps = 18.0;      // one core streaming bytes read plus bytes written
   // Beyond the caches: of a call whose buffers on a host (every local rank's input and output)
   // exceed cacheMiB, the share that does not fit streams at dramGBps per core at most (reads
-  // plus writes; a ring's fused reduce-copy moves about 3 bytes per byte of payload).
+  // plus writes). A ring's or tree's fused reduce-copy step makes ringTraffic bytes of memory
+  // traffic per byte of payload there: about 3 (its input, the peer's data, its output), more
+  // where writes first read their lines or the cores contend for the memory.
   double cacheMiB = 32.0;
   double dramGBps = 40.0;
+  double ringTraffic = 3.0;
   // Scheduling: a hand-off whose peer is not running (more ranks than cores) waits for the peer
   // to get the core, which the waiting rank yields to it after a short spin.
   double wakeUs = 3.0;

@@ -34,10 +34,6 @@ double cpuShare(const TuningInfo& info) {
   return info.coresPerRank < 1.0 ? info.coresPerRank : 1.0;
 }
 
-// Bytes of memory traffic per byte a ring or tree moves: its fused step reads the local input
-// and the peer's data and writes the result.
-constexpr double kRingTraffic = 3.0;
-
 // Moving `bytes` at gbps, for a call of nccl-tests size s, where each byte moved is `traffic`
 // bytes read or written: while the buffers of the host's ranks (an input and an output of about
 // s each) fit in the caches, at gbps; the share that does not fit goes no faster than a core
@@ -183,15 +179,15 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
       double launch = launchUs(m, nchannels);
       switch (coll) {
         case Collective::kAllReduce:
-          return 2 * (n - 1) * hop + streamUs(info, 2.0 * (n - 1) / n * s, bw, s, m, kRingTraffic) +
-                 launch;
+          return 2 * (n - 1) * hop +
+                 streamUs(info, 2.0 * (n - 1) / n * s, bw, s, m, m.ringTraffic) + launch;
         case Collective::kAllGather:
         case Collective::kReduceScatter:
-          return (n - 1) * hop + streamUs(info, 1.0 * (n - 1) / n * s, bw, s, m, kRingTraffic) +
+          return (n - 1) * hop + streamUs(info, 1.0 * (n - 1) / n * s, bw, s, m, m.ringTraffic) +
                  launch;
         case Collective::kBroadcast:
         case Collective::kReduce:
-          return (n - 1) * hop + streamUs(info, s, bw, s, m, kRingTraffic) + launch;
+          return (n - 1) * hop + streamUs(info, s, bw, s, m, m.ringTraffic) + launch;
         default:
           return -1;
       }
@@ -202,7 +198,7 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
       // about twice the buffer.
       double bw = ringGBps(info, m, 1);
       return 4 * treeDepthUs(info, m) +
-             streamUs(info, (n > 2 ? 2.0 : 1.0) * s, bw, s, m, kRingTraffic);
+             streamUs(info, (n > 2 ? 2.0 : 1.0) * s, bw, s, m, m.ringTraffic);
     }
     case Algorithm::kRd: {
       // For paths through the network. Within a host the direct algorithms serve small calls,
@@ -215,7 +211,7 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
       const int pw = rdPowerOfTwo(n);
       const int steps = ceilLog2(pw) + (n > pw ? 2 : 0);
       const double mem = m.memGBps * cpuShare(info);
-      return steps * (step + streamUs(info, s, ringGBps(info, m, 1), s, m, kRingTraffic) +
+      return steps * (step + streamUs(info, s, ringGBps(info, m, 1), s, m, m.ringTraffic) +
                       streamUs(info, s, mem, s, m));
     }
     case Algorithm::kOneShot:

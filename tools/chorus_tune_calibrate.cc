@@ -337,9 +337,9 @@ int runCalibration(const std::string& output, bool quick) {
       {"oneshot", 1, false, true}, {"twoshot", 1, false, true}, {"ring", 1, true, false},
       {"tree", 1, true, false},    {"rd", 1, true, false},
   };
-  const std::vector<size_t> common = quick
-                                         ? std::vector<size_t>{8, 65536, 1u << 20}
-                                         : std::vector<size_t>{8, 4096, 65536, 1u << 20, 8u << 20};
+  const std::vector<size_t> common =
+      quick ? std::vector<size_t>{8, 65536, 1u << 20}
+            : std::vector<size_t>{8, 4096, 65536, 256u << 10, 1u << 20, 2u << 20, 8u << 20};
   auto sizesOf = [&](const Config& c) {
     std::vector<size_t> v = common;
     if (c.big && !quick) v.push_back(32u << 20);

@@ -259,8 +259,8 @@ TEST(CostModel, TrafficBeyondTheCacheStreamsAtMemorySpeed) {
   };
   EXPECT_EQ(oneshot(size_t(4) << 20, m), oneshot(size_t(4) << 20, slow));
   EXPECT_GT(oneshot(size_t(64) << 20, slow), 2 * oneshot(size_t(64) << 20, m));
-  // A ring reads and writes about 3 bytes of memory per byte it moves: memory caps it at a
-  // third of dram_gbps, and a channel slower than that is not slowed.
+  // A ring reads and writes about 3 bytes of memory per byte it moves (ring_traffic): memory
+  // caps it at a third of dram_gbps, and a channel slower than that is not slowed.
   info.directPossible = false;
   const double s = 256.0 * (1 << 20), hit = 16.0 / 1024;
   m.shmGBps = 4;
@@ -270,6 +270,10 @@ TEST(CostModel, TrafficBeyondTheCacheStreamsAtMemorySpeed) {
   m.shmGBps = 12;
   EXPECT_NEAR(chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, size_t(s), m),
               2 * 1 + s * (hit / 12 + (1 - hit) / (20.0 / 3)) / 1e3, 1e-6 * s);
+  // ring_traffic: where writes first read their lines, more bytes per byte moved.
+  m.ringTraffic = 5;
+  EXPECT_NEAR(chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, size_t(s), m),
+              2 * 1 + s * (hit / 12 + (1 - hit) / (20.0 / 5)) / 1e3, 1e-6 * s);
 }
 
 TEST(CostModelFit, OutliersDoNotDragTheFit) {
