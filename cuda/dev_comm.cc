@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
 
 namespace chorus {
@@ -51,7 +52,12 @@ void CudaDeviceComm::release() {
     lastLaunch_ = nullptr;
   }
   // The kernels are done: nothing waits on the proxy's links any more.
-  if (proxy_) proxy_->stop();
+  // The last slots the kernels published may still sit in their own FIFOs: forwarded first,
+  // unless the communicator was aborted.
+  if (proxy_)
+    proxy_->stop(std::chrono::seconds(10), [this] {
+      return abortHost_ != nullptr && __atomic_load_n(abortHost_, __ATOMIC_ACQUIRE) != 0;
+    });
   proxy_.reset();
   if (sendRegion_ != nullptr && sendRegionIpc_) cudaIpcCloseMemHandle(sendRegion_);
   sendRegion_ = nullptr;
@@ -120,18 +126,46 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
 
   // Who is where: every rank's GPU, for the transport to each ring neighbour; and whether
   // every rank got this far (all stop here, alike, if one did not).
+  // The settings every rank must share: the links each rank builds, and the exchanges they
+  // take, follow from them.
+  struct Settings {
+    int32_t nchannels;
+    uint32_t nslots[kNumProtos];
+    uint32_t slotBytes[kNumProtos];
+    int32_t hostLinks, p2pDisabled, shmDisabled, p2pLevel;
+  };
   struct Arrival {
     DeviceEndpoint end;
     SetupVerdict verdict;
+    Settings settings;
   };
   std::vector<Arrival> arrivals(static_cast<size_t>(s.nranks));
   Arrival& mine = arrivals[static_cast<size_t>(rank_)];
   mine.end = makeDeviceEndpoint(s.hostId, getpid(), device_, bus);
   mine.verdict = local.verdict();
+  std::memset(&mine.settings, 0, sizeof mine.settings);
+  mine.settings.nchannels = nchannels_;
+  for (int p = 0; p < kNumProtos; ++p) {
+    mine.settings.nslots[p] = s.nslots[p];
+    mine.settings.slotBytes[p] = s.slotBytes[p];
+  }
+  mine.settings.hostLinks = s.paths.hostLinks ? 1 : 0;
+  mine.settings.p2pDisabled = s.paths.p2pDisabled ? 1 : 0;
+  mine.settings.shmDisabled = s.paths.shmDisabled ? 1 : 0;
+  mine.settings.p2pLevel = static_cast<int32_t>(s.paths.p2pLevel);
   CHORUS_TRY(s.bootstrap->allGather(arrivals.data(), sizeof(Arrival)));
   if (!local.ok()) return local.status();
   for (int r = 0; r < s.nranks; ++r)
     CHORUS_TRY(arrivals[static_cast<size_t>(r)].verdict.check(rank_, r));
+  // Every rank compares every rank's settings with rank 0's, so all fail alike.
+  for (int r = 1; r < s.nranks; ++r)
+    if (std::memcmp(&arrivals[static_cast<size_t>(r)].settings, &arrivals[0].settings,
+                    sizeof(Settings)) != 0)
+      return invalidUsage(
+          "rank %d: rank %d's device settings differ from rank 0's (CHORUS_DEVICE_CHANNELS, "
+          "CHORUS_BUFFSIZE, CHORUS_STEPS, CHORUS_DEVICE_HOST_LINKS, P2P_DISABLE, SHM_DISABLE or "
+          "P2P_LEVEL); set them alike on every rank",
+          rank_, r);
   std::vector<DeviceEndpoint> ends(static_cast<size_t>(s.nranks));
   for (int r = 0; r < s.nranks; ++r)
     ends[static_cast<size_t>(r)] = arrivals[static_cast<size_t>(r)].end;
@@ -202,7 +236,8 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
                  formatString("rank %d: cudaMalloc of the FIFO state", rank_)))
     local.cuda(cudaMemsetAsync(state_, 0, stateWords * sizeof(uint64_t), setup), "cudaMemsetAsync");
   if (n > 1) {
-    proxy_.reset(new DeviceProxy([this](const Status& e) { proxyFailed(e); }));
+    proxy_.reset(new DeviceProxy([this](const Status& e) { proxyFailed(e); },
+                                 [this] { return kernelsInFlight(); }));
     const DevicePath toNext =
         chooseDevicePath(*s.topo, me, ends[static_cast<size_t>(next)], s.paths);
     const DevicePath fromPrev =
@@ -330,6 +365,8 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
   if (proxy_ && proxy_->links() > 0) {
     proxy_->start();
     description_ += formatString("; %zu FIFOs through host memory", proxy_->links());
+  } else {
+    proxy_.reset();  // every link is P2P: nothing to drive
   }
   LOG_INFO(kSubsysInit, "%s; %d channels", description_.c_str(), nchannels_);
   return Status::ok();
@@ -392,7 +429,7 @@ Status CudaDeviceComm::ordered(void* stream, Body body) {
     if (err != cudaSuccess) {
       result = cudaFailure(err, "cudaEventRecord");
     } else {
-      launched_ = true;
+      __atomic_store_n(&launched_, true, __ATOMIC_RELEASE);
       lastStream_ = stream;
     }
   }
@@ -442,6 +479,14 @@ Status CudaDeviceComm::enqueueAlone(const DeviceCall* calls, size_t n, void* str
 }
 
 Status CudaDeviceComm::checkStream(void* stream) const {
+  if (proxy_) {
+    const std::string closed = proxy_->closedLink();
+    if (!closed.empty())
+      return remoteError(
+          "rank %d: %s (the peer destroyed its communicator or exited): this communicator "
+          "cannot run more work",
+          rank_, closed.c_str());
+  }
   if (sharesGpuInProcess_ && (stream == nullptr || stream == cudaStreamLegacy))
     return invalidUsage(
         "rank %d: ranks that share GPU %d in one process need a stream each "

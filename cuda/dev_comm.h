@@ -43,6 +43,7 @@ struct HostLinks {
 // protocol p are kHostP2pChannel + p.
 constexpr int kHostP2pChannel = 2 * kMaxChannels;
 constexpr int kHostChannels = kHostP2pChannel + kNumProtos;
+static_assert(kNumProtos == 2, "host ring channels are numbered 2c + p");
 inline int hostRingChannel(int channel, int proto) {
   return 2 * channel + proto;
 }

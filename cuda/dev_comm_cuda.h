@@ -216,6 +216,14 @@ class CudaDeviceComm final : public DeviceComm {
   // predecessor (recvVia) goes through host memory, joined to this rank's FIFOs by the proxy.
   Status connectRingViaHost(const DeviceCommSetup& s, int prev, int next, bool sendVia,
                             bool recvVia, const RegionLayout& layout, SetupFailure* local);
+  // Whether kernels this communicator queued may still run (and wait on a link).
+  bool kernelsInFlight() const {
+    if (!__atomic_load_n(&launched_, __ATOMIC_ACQUIRE)) return false;
+    const cudaError_t e = cudaEventQuery(lastLaunch_);
+    if (e == cudaSuccess) return false;
+    cudaGetLastError();
+    return true;  // not ready, or unknown: treated as running
+  }
   // The proxy's view of failures: kernels waiting on a link stop.
   void proxyFailed(const Status& s) {
     LOG_WARN(kSubsysInit, "rank %d: %s", rank_, s.message().c_str());

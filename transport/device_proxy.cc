@@ -17,8 +17,8 @@ constexpr auto kIdlePoll = std::chrono::milliseconds(1);
 
 }  // namespace
 
-DeviceProxy::DeviceProxy(std::function<void(const Status&)> onError)
-    : onError_(std::move(onError)) {}
+DeviceProxy::DeviceProxy(std::function<void(const Status&)> onError, std::function<bool()> busy)
+    : onError_(std::move(onError)), busy_(std::move(busy)) {}
 
 DeviceProxy::~DeviceProxy() {
   stop();
@@ -88,8 +88,16 @@ bool DeviceProxy::moveRecv(RecvLink& l) {
     if (src == nullptr) {
       if (l.host->peerClosed() && !l.host->ready()) {
         const std::string why = l.host->peerError();
-        fail(remoteError("%s: the peer closed the connection%s%s", l.what.c_str(),
-                         why.empty() ? "" : ": ", why.c_str()));
+        const std::string text = formatString("%s: the peer closed the connection%s%s",
+                                              l.what.c_str(), why.empty() ? "" : ": ", why.c_str());
+        if (!busy_ || busy_()) {
+          fail(remoteError("%s", text.c_str()));
+        } else {
+          // A peer that finished first: an error only for work that still needs the link.
+          l.closed = true;
+          std::lock_guard<std::mutex> lock(mu_);
+          if (closed_.empty()) closed_ = text;
+        }
       }
       break;
     }
@@ -126,7 +134,8 @@ bool DeviceProxy::progress() {
   if (failed_.load(std::memory_order_relaxed)) return false;
   bool moved = false;
   for (SendLink& l : sends_) moved = moveSend(l) || moved;
-  for (RecvLink& l : recvs_) moved = moveRecv(l) || moved;
+  for (RecvLink& l : recvs_)
+    if (!l.closed) moved = moveRecv(l) || moved;
   return moved;
 }
 
@@ -136,13 +145,25 @@ void DeviceProxy::fail(const Status& s) {
     if (!error_.isOk()) return;
     error_ = s;
   }
-  failed_.store(true, std::memory_order_relaxed);
+  failed_.store(true, std::memory_order_release);
   if (onError_) onError_(s);
 }
 
 Status DeviceProxy::error() const {
+  if (!failed_.load(std::memory_order_acquire)) return Status::ok();
   std::lock_guard<std::mutex> lock(mu_);
   return error_;
+}
+
+std::string DeviceProxy::closedLink() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return closed_;
+}
+
+bool DeviceProxy::sendsPending() const {
+  for (const SendLink& l : sends_)
+    if (l.done < dev::loadAcquire(l.fifo.tail)) return true;
+  return false;
 }
 
 void DeviceProxy::start() {
@@ -151,14 +172,21 @@ void DeviceProxy::start() {
   thread_ = std::thread([this] { run(); });
 }
 
-void DeviceProxy::stop() {
-  if (!thread_.joinable()) return;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_.store(true, std::memory_order_relaxed);
+void DeviceProxy::stop(std::chrono::milliseconds drainFor, std::function<bool()> abort) {
+  if (thread_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_.store(true, std::memory_order_relaxed);
+    }
+    wake_.notify_all();
+    thread_.join();
   }
-  wake_.notify_all();
-  thread_.join();
+  // The thread is gone: this one drives what is left.
+  const auto deadline = std::chrono::steady_clock::now() + drainFor;
+  while (drainFor.count() > 0 && sendsPending() && !failed_.load(std::memory_order_relaxed) &&
+         !(abort && abort()) && std::chrono::steady_clock::now() < deadline) {
+    if (!progress()) dev::pollPause();
+  }
 }
 
 void DeviceProxy::kick() {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -25,7 +26,11 @@ class DeviceProxy {
  public:
   // onError: called once, from the proxy's thread, with the first failure (a peer that closed
   // its connection, a slot larger than the far end's FIFO): the owner stops its kernels.
-  explicit DeviceProxy(std::function<void(const Status&)> onError = nullptr);
+  // busy: whether the owner's kernels may still wait on a link (null: always). A peer that
+  // closes its connection while nothing waits is no failure: the link is marked closed
+  // (closedLink) and the owner refuses new work over it.
+  explicit DeviceProxy(std::function<void(const Status&)> onError = nullptr,
+                       std::function<bool()> busy = nullptr);
   ~DeviceProxy();
   DeviceProxy(const DeviceProxy&) = delete;
   DeviceProxy& operator=(const DeviceProxy&) = delete;
@@ -43,13 +48,21 @@ class DeviceProxy {
   // Starts the thread that drives every link. It polls while slots move and for a while after;
   // then it looks every millisecond until kick() says work was queued.
   void start();
-  void stop();
+  // Stops the thread after forwarding what kernels published and the far end can still take
+  // (a kernel does not wait for its last slots to leave): until every send link is empty, the
+  // proxy failed, `abort` says so, or `drainFor` passed.
+  void stop(std::chrono::milliseconds drainFor = std::chrono::milliseconds(0),
+            std::function<bool()> abort = nullptr);
   void kick();
 
   // One pass over every link (without the thread: tests); true when a slot moved.
   bool progress();
   // The first failure, else ok.
   Status error() const;
+  // The first link whose peer closed its connection while nothing waited on it, or "".
+  std::string closedLink() const;
+  // Whether a send link holds slots a kernel published that are not forwarded yet.
+  bool sendsPending() const;
 
  private:
   struct SendLink {
@@ -63,7 +76,8 @@ class DeviceProxy {
     dev::Fifo fifo;
     dev::Proto proto;
     std::string what;
-    uint64_t done = 0;  // slots delivered to the kernel
+    uint64_t done = 0;    // slots delivered to the kernel
+    bool closed = false;  // the peer closed its connection while nothing waited
   };
   bool moveSend(SendLink& l);
   bool moveRecv(RecvLink& l);
@@ -71,6 +85,7 @@ class DeviceProxy {
   void run();
 
   std::function<void(const Status&)> onError_;
+  std::function<bool()> busy_;
   std::vector<SendLink> sends_;
   std::vector<RecvLink> recvs_;
   std::thread thread_;
@@ -80,6 +95,7 @@ class DeviceProxy {
   std::condition_variable wake_;
   uint64_t kicks_ = 0;  // under mu_
   Status error_;        // under mu_
+  std::string closed_;  // under mu_
 };
 
 }  // namespace chorus

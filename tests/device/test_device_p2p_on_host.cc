@@ -430,18 +430,31 @@ struct HostLink {
   RecvConnector recv{memory.get()};
 };
 
-// A proxy refuses links it cannot serve and reports, once, what goes wrong while it runs.
-TEST(DeviceProxy, RefusesAndReportsBadLinks) {
+// A kernel's end of a FIFO of 4 slots, as the proxy sees it.
+struct KernelFifo {
   alignas(16) char slots[4 * 128] = {};
   uint64_t tail = 0, head = 0, step = 0;
   uint32_t sizes[4] = {};
-  dev::Fifo f;
-  f.slots = slots;
-  f.tail = &tail;
-  f.head = &head;
-  f.step = &step;
-  f.nslots = 4;
-  f.slotBytes = 128;
+  dev::Fifo view(uint32_t slotBytes, bool withSizes) {
+    dev::Fifo f;
+    f.slots = slots;
+    f.tail = &tail;
+    f.head = &head;
+    f.step = &step;
+    f.nslots = 4;
+    f.slotBytes = slotBytes;
+    if (withSizes) f.sizes = sizes;
+    return f;
+  }
+};
+
+// A proxy refuses links it cannot serve and reports, once, what goes wrong while it runs.
+TEST(DeviceProxy, RefusesAndReportsBadLinks) {
+  KernelFifo k;
+  char* slots = k.slots;
+  uint64_t& tail = k.tail;
+  uint32_t* sizes = k.sizes;
+  dev::Fifo f = k.view(128, false);
   {
     HostLink h;
     DeviceProxy proxy;
@@ -490,6 +503,68 @@ TEST(DeviceProxy, RefusesAndReportsBadLinks) {
               std::string::npos)
         << proxy.error().message();
   }
+}
+
+// A peer that closes its connection while no kernel waits on the link (it finished first) is
+// no failure: the link is marked closed for the owner to refuse new work over it.
+TEST(DeviceProxy, PeerClosingWhileIdleMarksTheLinkClosed) {
+  KernelFifo k;
+  const dev::Fifo f = k.view(64, false);
+  for (bool busy : {false, true}) {
+    HostLink h;
+    int failures = 0;
+    DeviceProxy proxy([&](const Status&) { ++failures; }, [busy] { return busy; });
+    ASSERT_TRUE(proxy.addRecv(&h.recv, f, dev::Proto::kSimple, "link 1 -> 0, LL").isOk());
+    h.header->peerClosed.store(1);
+    EXPECT_FALSE(proxy.progress());
+    EXPECT_FALSE(proxy.progress());
+    if (busy) {
+      EXPECT_EQ(failures, 1);
+      EXPECT_EQ(proxy.error().code(), Code::kRemoteError);
+      EXPECT_EQ(proxy.closedLink(), "");
+    } else {
+      EXPECT_EQ(failures, 0);
+      EXPECT_TRUE(proxy.error().isOk()) << proxy.error().message();
+      EXPECT_NE(proxy.closedLink().find("link 1 -> 0, LL: the peer closed"), std::string::npos)
+          << proxy.closedLink();
+    }
+  }
+}
+
+// Stopping forwards what a kernel published before its end: a kernel does not wait for its last
+// slots to leave its own FIFO.
+TEST(DeviceProxy, StopForwardsWhatKernelsPublished) {
+  KernelFifo k;
+  char* slots = k.slots;
+  uint64_t &tail = k.tail, &head = k.head;
+  uint32_t* sizes = k.sizes;
+  const dev::Fifo f = k.view(64, true);
+  HostLink h;
+  DeviceProxy proxy;
+  ASSERT_TRUE(proxy.addSend(f, &h.send, "ring channel 0 to rank 1, Simple").isOk());
+  // Three slots published, as a kernel leaves them at its end; the proxy was never started.
+  for (int k = 0; k < 3; ++k) {
+    memset(slots + 64 * k, 10 + k, 64);
+    sizes[k] = 64 - k;
+  }
+  tail = 3;
+  EXPECT_TRUE(proxy.sendsPending());
+  proxy.stop(std::chrono::milliseconds(2000));
+  EXPECT_FALSE(proxy.sendsPending());
+  EXPECT_EQ(head, 3u);
+  for (int k = 0; k < 3; ++k) {
+    size_t bytes = 0;
+    const void* got = h.recv.tryWait(&bytes);
+    ASSERT_NE(got, nullptr) << k;
+    EXPECT_EQ(bytes, static_cast<size_t>(64 - k));
+    EXPECT_EQ(static_cast<const char*>(got)[0], 10 + k);
+    h.recv.release();
+  }
+  // Without time to drain, nothing moves (an aborted communicator's stop).
+  tail = 4;
+  sizes[3] = 8;
+  proxy.stop(std::chrono::milliseconds(2000), [] { return true; });
+  EXPECT_EQ(head, 3u);
 }
 
 }  // namespace
