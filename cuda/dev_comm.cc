@@ -63,6 +63,11 @@ void CudaDeviceComm::release() {
   sendRegion_ = nullptr;
   for (size_t r = 0; r < peerSend_.size(); ++r)
     if (peerSend_[r] != nullptr && peerSendIpc_[r]) cudaIpcCloseMemHandle(peerSend_[r]);
+  for (size_t r = 0; r < directPeers_.size(); ++r)
+    if (directPeers_[r] != nullptr && directPeersIpc_[r]) cudaIpcCloseMemHandle(directPeers_[r]);
+  directPeers_.clear();
+  if (directRegion_ != nullptr) cudaFree(directRegion_);
+  directRegion_ = nullptr;
   peerSend_.clear();
   for (size_t r = 0; r < peerRecv_.size(); ++r)
     if (peerRecv_[r] != nullptr && !(r < peerRecvViaHost_.size() && peerRecvViaHost_[r].valid()))
@@ -133,6 +138,7 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
     uint32_t nslots[kNumProtos];
     uint32_t slotBytes[kNumProtos];
     int32_t hostLinks, p2pDisabled, shmDisabled, p2pLevel;
+    uint32_t directBytes;
   };
   struct Arrival {
     DeviceEndpoint end;
@@ -153,6 +159,7 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
   mine.settings.p2pDisabled = s.paths.p2pDisabled ? 1 : 0;
   mine.settings.shmDisabled = s.paths.shmDisabled ? 1 : 0;
   mine.settings.p2pLevel = static_cast<int32_t>(s.paths.p2pLevel);
+  mine.settings.directBytes = s.directBytes;
   CHORUS_TRY(s.bootstrap->allGather(arrivals.data(), sizeof(Arrival)));
   if (!local.ok()) return local.status();
   for (int r = 0; r < s.nranks; ++r)
@@ -163,8 +170,9 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
                     sizeof(Settings)) != 0)
       return invalidUsage(
           "rank %d: rank %d's device settings differ from rank 0's (CHORUS_DEVICE_CHANNELS, "
-          "CHORUS_BUFFSIZE, CHORUS_STEPS, CHORUS_DEVICE_HOST_LINKS, P2P_DISABLE, SHM_DISABLE or "
-          "P2P_LEVEL); set them alike on every rank",
+          "CHORUS_BUFFSIZE, CHORUS_STEPS, CHORUS_DEVICE_HOST_LINKS, "
+          "CHORUS_DEVICE_DIRECT_BUFFSIZE, P2P_DISABLE, SHM_DISABLE or P2P_LEVEL); set them "
+          "alike on every rank",
           rank_, r);
   std::vector<DeviceEndpoint> ends(static_cast<size_t>(s.nranks));
   for (int r = 0; r < s.nranks; ++r)
@@ -327,6 +335,7 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
   host.nchannels = nchannels_;
   host.abortFlag = static_cast<const volatile uint32_t*>(abortDev);
   host.errorFlag = static_cast<uint32_t*>(errorDev);
+  if (n > 1) CHORUS_TRY(connectDirect(s, ends, setup, local, &host));
   if (local.ok()) {
     host.barrier = state_ + stateWords - 1;
     for (int c = 0; c < nchannels_ && n > 1; ++c)
@@ -368,6 +377,7 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
   } else {
     proxy_.reset();  // every link is P2P: nothing to drive
   }
+  if (!directNote_.empty()) description_ += "; " + directNote_;
   LOG_INFO(kSubsysInit, "%s; %d channels", description_.c_str(), nchannels_);
   return Status::ok();
 }

@@ -67,7 +67,10 @@ struct DeviceCommSetup {
   int nthreads = 512;  // per block: a multiple of 32 in [kMinBlockThreads, kBlockThreads]
   uint32_t nslots[kNumProtos] = {8, 8};
   uint32_t slotBytes[kNumProtos] = {16384, 131072};  // LL lines, Simple data
-  DeviceShape shape;                                 // channel bounds and protocols
+  // Bytes of each direct all-reduce buffer per channel (dev_work.h: Direct; a multiple of 256),
+  // 0: no direct all-reduce.
+  uint32_t directBytes = 65536;
+  DeviceShape shape;  // channel bounds, protocols and algorithms
   // Links without a P2P path go through host memory, a proxy thread and these connectors;
   // null: such links are refused at init.
   ConnectHostFn connectHost;

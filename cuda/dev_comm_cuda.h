@@ -208,6 +208,11 @@ class CudaDeviceComm final : public DeviceComm {
   // The point-to-point links to every other rank; fills peersHost_.
   Status connectPeers(const DeviceCommSetup& s, const std::vector<DeviceEndpoint>& ends,
                       const RegionLayout& layout, cudaStream_t setup, SetupFailure* local);
+  // The direct all-reduce's regions: this rank's, and every peer's mapped, into host->direct
+  // (and shape_.directBytes) when every rank reaches every other; else none, and all-reduce
+  // runs on the ring. Collective; not being able to set them up is no failure of init.
+  Status connectDirect(const DeviceCommSetup& s, const std::vector<DeviceEndpoint>& ends,
+                       cudaStream_t setup, const SetupFailure& local, Comm* host);
   // Mapped pinned host memory of `bytes` bytes, zeroed, freed at the end; with sizes, also a
   // slot size per FIFO slot of layout. False (noted in local) when it could not be had.
   bool allocMapped(size_t bytes, const RegionLayout* sizesOf, const std::string& what,
@@ -281,6 +286,11 @@ class CudaDeviceComm final : public DeviceComm {
   std::vector<MappedRegion> peerRecvViaHost_;
   std::vector<MappedRegion> peerSendViaHost_;
   std::vector<std::string> noRecvLink_;
+  // The direct all-reduce: this rank's region (device memory), every rank's as mapped here.
+  char* directRegion_ = nullptr;
+  std::vector<char*> directPeers_;
+  std::vector<bool> directPeersIpc_;
+  std::string directNote_;  // for the init log
   // Why device sends and receives between ranks are refused (empty: they run).
   std::string p2pRefusal_;
   bool warnedCrossContext_ = false;

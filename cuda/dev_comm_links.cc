@@ -199,6 +199,87 @@ Status CudaDeviceComm::connectRingViaHost(const DeviceCommSetup& s, int prev, in
   return Status::ok();
 }
 
+Status CudaDeviceComm::connectDirect(const DeviceCommSetup& s,
+                                     const std::vector<DeviceEndpoint>& ends, cudaStream_t setup,
+                                     const SetupFailure& local, Comm* host) {
+  const int n = s.nranks;
+  const DeviceEndpoint& me = ends[static_cast<size_t>(rank_)];
+  // Every rank must reach every other rank's GPU memory (one GPU, NVLink, PCIe peers); else,
+  // or when turned off, no rank has regions and all-reduce runs on the ring.
+  std::string why;
+  if (s.directBytes == 0) {
+    why = "CHORUS_DEVICE_DIRECT_BUFFSIZE=0";
+  } else if (n > kMaxDirectRanks) {
+    why = formatString("more than %d ranks", kMaxDirectRanks);
+  }
+  bool exported = false;
+  for (int p = 0; p < n && why.empty(); ++p) {
+    if (p == rank_) continue;
+    const DeviceEndpoint& peer = ends[static_cast<size_t>(p)];
+    for (const DevicePath& path : {chooseDevicePath(*s.topo, me, peer, s.paths),
+                                   chooseDevicePath(*s.topo, peer, me, s.paths)})
+      if (!isP2p(path.kind) && why.empty())
+        why = formatString("rank %d and rank %d have no P2P path (%s)", rank_, p,
+                           devicePathName(path.kind));
+    exported = exported || peer.pid != me.pid || peer.hostId != me.hostId;
+  }
+  // What each rank offers: its region, or usable 0.
+  SetupFailure failure;
+  const uint64_t channelBytes = directChannelBytes(s.directBytes);
+  const size_t bytes = allocationBytes(channelBytes * static_cast<uint64_t>(nchannels_), exported);
+  std::vector<RegionInfo> infos(static_cast<size_t>(n));
+  RegionInfo& mine = infos[static_cast<size_t>(rank_)];
+  std::memset(&mine, 0, sizeof mine);
+  if (why.empty() && local.ok() &&
+      failure.cuda(
+          cudaMalloc(reinterpret_cast<void**>(&directRegion_), bytes),
+          formatString("rank %d: cudaMalloc of %zu bytes of direct buffers", rank_, bytes)) &&
+      failure.cuda(cudaMemsetAsync(directRegion_, 0, bytes, setup), "cudaMemsetAsync") &&
+      failure.cuda(cudaStreamSynchronize(setup), "cudaStreamSynchronize") &&
+      (!exported || failure.cuda(cudaIpcGetMemHandle(&mine.ipc, directRegion_),
+                                 formatString("rank %d: cudaIpcGetMemHandle", rank_)))) {
+    mine.owner = me;
+    mine.address = reinterpret_cast<uint64_t>(directRegion_);
+    mine.usable = 1;
+  }
+  CHORUS_TRY(s.bootstrap->allGather(infos.data(), sizeof(RegionInfo)));
+  bool all = true;
+  for (const RegionInfo& info : infos) all = all && info.usable != 0;
+  directPeers_.assign(static_cast<size_t>(n), nullptr);
+  directPeersIpc_.assign(static_cast<size_t>(n), false);
+  for (int p = 0; p < n && all; ++p) {
+    if (p == rank_) {
+      directPeers_[static_cast<size_t>(p)] = directRegion_;
+      continue;
+    }
+    bool ipc = false;
+    mapRegion(me, infos[static_cast<size_t>(p)], p, "direct buffers", &failure,
+              &directPeers_[static_cast<size_t>(p)], &ipc);
+    directPeersIpc_[static_cast<size_t>(p)] = ipc;
+  }
+  // Direct all-reduce only where every rank mapped every region.
+  std::vector<int32_t> mapped(static_cast<size_t>(n), 0);
+  mapped[static_cast<size_t>(rank_)] = all && failure.ok() ? 1 : 0;
+  CHORUS_TRY(s.bootstrap->allGather(mapped.data(), sizeof(int32_t)));
+  bool everywhere = true;
+  for (int32_t m : mapped) everywhere = everywhere && m != 0;
+  if (!failure.ok())
+    LOG_WARN(kSubsysInit, "rank %d: no direct all-reduce on the device: %s", rank_,
+             failure.status().message().c_str());
+  if (!everywhere) {
+    if (why.empty()) why = "a rank could not set up or map the direct buffers";
+    directNote_ = "direct all-reduce off: " + why;
+    return Status::ok();
+  }
+  host->directRanks = n;
+  host->direct.channelBytes = channelBytes;
+  host->direct.bufferBytes = s.directBytes;
+  for (int p = 0; p < n; ++p) host->direct.regions[p] = directPeers_[static_cast<size_t>(p)];
+  shape_.directBytes = s.directBytes;
+  directNote_ = formatString("direct all-reduce over %d ranks (%u-byte buffers)", n, s.directBytes);
+  return Status::ok();
+}
+
 void CudaDeviceComm::mapRegion(const DeviceEndpoint& me, const RegionInfo& theirs, int owner,
                                const char* what, SetupFailure* local, char** mapped, bool* ipc) {
   const DeviceEndpoint& o = theirs.owner;

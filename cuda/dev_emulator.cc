@@ -229,6 +229,25 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
     }
     comms_[static_cast<size_t>(me)]->peers = links.data();
   }
+  if (g.directBytes > 0 && nranks > 1) {
+    if (nranks > kMaxDirectRanks || g.directBytes % 256 != 0)
+      throw std::logic_error(
+          "direct regions need at most 8 ranks and buffers of 256-byte multiples");
+    const uint64_t channelBytes = directChannelBytes(g.directBytes);
+    for (int r = 0; r < nranks; ++r)
+      directRegions_.emplace_back(channelBytes * static_cast<uint64_t>(g.nchannels) / 8 + 2, 0);
+    for (int r = 0; r < nranks; ++r) {
+      Comm& c = *comms_[static_cast<size_t>(r)];
+      c.directRanks = nranks;
+      c.direct.channelBytes = channelBytes;
+      c.direct.bufferBytes = g.directBytes;
+      for (int q = 0; q < nranks; ++q) {
+        // 16-byte aligned, as device allocations are (and more).
+        const auto at = reinterpret_cast<uintptr_t>(directRegions_[static_cast<size_t>(q)].data());
+        c.direct.regions[q] = reinterpret_cast<char*>((at + 15) & ~uintptr_t(15));
+      }
+    }
+  }
   for (auto& proxy : proxies_) proxy->start();
 }
 

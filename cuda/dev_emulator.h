@@ -31,6 +31,9 @@ struct EmuGeometry {
   // through a host FIFO, and one of the receiving rank delivers it into the receiver's FIFO
   // (transport/device_proxy.h).
   bool proxied = false;
+  // Bytes of each direct-region buffer (dev_work.h: Direct) per channel; 0: no direct regions
+  // (only ring works). At most kMaxDirectRanks ranks.
+  uint32_t directBytes = 0;
   // Where a proxied link's host connectors come from (in tests of a communicator's own
   // transports): the sending rank's connector to `receiver` and the receiving rank's from
   // `sender`, for ring channel `channel` (-1: the point-to-point link) and protocol `proto`.
@@ -74,6 +77,7 @@ class EmuClique {
   std::vector<std::unique_ptr<FifoMemory>> memory_;
   std::vector<std::unique_ptr<FifoMemory>> peerMemory_;  // point-to-point links
   std::vector<std::vector<Channel>> peers_;              // by rank, then peer
+  std::vector<std::vector<uint64_t>> directRegions_;     // by rank (zeroed, 8-byte aligned)
   std::vector<uint64_t> barriers_;
   std::vector<uint32_t> errors_;
   uint32_t abortFlag_ = 0;

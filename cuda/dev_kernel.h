@@ -12,6 +12,7 @@
 #include "algorithms/ring_broadcast.h"
 #include "algorithms/ring_reduce.h"
 #include "algorithms/ring_reduce_scatter.h"
+#include "cuda/dev_direct.h"
 #include "cuda/dev_prims.h"
 
 namespace chorus {
@@ -132,6 +133,23 @@ CHORUS_HD bool runRing(const Comm& comm, const Work& w, int channel, Block& b) {
   return ok;
 }
 
+// The direct all-reduce of this channel's slice through the ranks' direct regions.
+template <class F, RedKind K, Proto P, class Block>
+CHORUS_HD bool runDirect(const Comm& comm, const Work& w, int channel, Block& b) {
+  using S = typename F::Store;
+  uint64_t begin, end;
+  channelSliceOf(w.count, sizeof(S), channel, w.nchannels, &begin, &end);
+  if (begin == end) return true;
+  DirectPrims<F, K, P, Block> p(
+      comm, channel, static_cast<const char*>(w.sendbuff) + begin * sizeof(S),
+      static_cast<char*>(w.recvbuff) + begin * sizeof(S), workScalar<F>(w), b);
+  // Two-shot shares start on 16 bytes, so that every share moves in 16-byte packs.
+  const size_t align = sizeof(S) >= 16 ? 1 : 16 / sizeof(S);
+  DirectAllReduceShape s{end - begin,      p.chunkElems(), align,
+                         comm.directRanks, comm.rank,      w.algo == Algo::kTwoShot};
+  return directAllReduce(p, s);
+}
+
 // The kernel that point-to-point launches run on: bytes, no reduction.
 template <class F, RedKind K>
 constexpr bool kP2pKernel = K == RedKind::kSum&& std::is_same<F, NativeFormat<uint8_t>>::value;
@@ -216,8 +234,16 @@ CHORUS_HD void runChannel(const Launch& launch, int channel, Block& b) {
       runLocal<F, K>(comm, w, channel, b);
       continue;
     }
-    bool ok = w.proto == Proto::kLl ? runRing<F, K, Proto::kLl>(comm, w, channel, b)
-                                    : runRing<F, K, Proto::kSimple>(comm, w, channel, b);
+    bool ok;
+    if (w.algo != Algo::kRing && w.coll == Coll::kAllReduce && comm.directRanks == comm.nranks) {
+      // Two-shot publishes finished shares with counters: Simple only.
+      ok = w.proto == Proto::kLl && w.algo == Algo::kOneShot
+               ? runDirect<F, K, Proto::kLl>(comm, w, channel, b)
+               : runDirect<F, K, Proto::kSimple>(comm, w, channel, b);
+    } else {
+      ok = w.proto == Proto::kLl ? runRing<F, K, Proto::kLl>(comm, w, channel, b)
+                                 : runRing<F, K, Proto::kSimple>(comm, w, channel, b);
+    }
     if (!ok) return;
   }
 }

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
 #include "common/param.h"
+#include "cuda/dev_memory.h"
 
 namespace chorus {
 namespace dev {
@@ -44,10 +46,32 @@ constexpr ProtoCost kCost[kNumProtos] = {
 };
 constexpr double kChannelUs = 0.3;  // each further block of the launch
 
+Algorithm algorithmOf(Algo a) {
+  switch (a) {
+    case Algo::kOneShot:
+      return Algorithm::kOneShot;
+    case Algo::kTwoShot:
+      return Algorithm::kTwoShot;
+    default:
+      return Algorithm::kRing;
+  }
+}
+
 }  // namespace
 
 const char* protoName(Proto p) {
   return p == Proto::kLl ? "LL" : "Simple";
+}
+
+const char* algoName(Algo a) {
+  switch (a) {
+    case Algo::kOneShot:
+      return "oneshot";
+    case Algo::kTwoShot:
+      return "twoshot";
+    default:
+      return "ring";
+  }
 }
 
 Result<ProtoMask> parseProtoList(const std::string& value, const std::string& source) {
@@ -95,8 +119,22 @@ Result<ProtoMask> protoOverride() {
   return parseProtoList(v.value, v.source + "=" + v.value);
 }
 
-double predictDeviceUs(int nranks, Collective coll, Proto proto, int nchannels, size_t bytes) {
+double predictDeviceUs(int nranks, Collective coll, Algo algo, Proto proto, int nchannels,
+                       size_t bytes, uint32_t directBytes) {
   const double n = nranks;
+  const ProtoCost& c = kCost[static_cast<int>(proto)];
+  const double channels = kChannelUs * (nchannels - 1);
+  if (algo != Algo::kRing && nranks > 1) {
+    // Per sequence one exchange (one-shot) or two (two-shot), a sequence moving one buffer of
+    // each channel; one-shot reads every rank's whole input, two-shot about twice its own.
+    const double perChannel = static_cast<double>(bytes) / nchannels;
+    const double capacity =
+        proto == Proto::kLl ? directBytes / sizeof(LlLine) * kLlDataBytes : directBytes;
+    const double sequences = capacity > 0 ? std::max(1.0, std::ceil(perChannel / capacity)) : 1;
+    const bool two = algo == Algo::kTwoShot;
+    return sequences * (two ? 2 : 1) * c.stepUs +
+           perChannel * (two ? 2 : n) / (c.channelGBps * 1e3) + channels;
+  }
   // Ring steps per byte of the call, and the steps of the whole call.
   double steps = n - 1;
   double share = (n - 1) / n;  // of `bytes` each rank passes on
@@ -110,9 +148,8 @@ double predictDeviceUs(int nranks, Collective coll, Proto proto, int nchannels, 
     steps = 0;
     share = 1;
   }
-  const ProtoCost& c = kCost[static_cast<int>(proto)];
   const double perChannelBytes = static_cast<double>(bytes) * share / nchannels;
-  return steps * c.stepUs + perChannelBytes / (c.channelGBps * 1e3) + kChannelUs * (nchannels - 1);
+  return steps * c.stepUs + perChannelBytes / (c.channelGBps * 1e3) + channels;
 }
 
 DeviceChoice chooseDevice(const DeviceShape& shape, Collective coll, size_t bytes) {
@@ -120,16 +157,38 @@ DeviceChoice chooseDevice(const DeviceShape& shape, Collective coll, size_t byte
   bool found = false;
   const int hi = std::max(1, std::min(shape.maxChannels, shape.nchannels));
   const int lo = std::max(1, std::min(shape.minChannels, hi));
-  for (int p = 0; p < kNumProtos; ++p) {
-    Proto proto = static_cast<Proto>(p);
-    if (!shape.protos.allows(proto)) continue;
-    for (int ch = lo; ch <= hi; ++ch) {
-      double us = predictDeviceUs(shape.nranks, coll, proto, ch, bytes);
-      if (!found || us < best.us) {
-        best = DeviceChoice{proto, ch, us};
-        found = true;
+  // The direct algorithms where the communicator has direct regions and the user allows them;
+  // the ring where allowed, and whenever nothing else applies.
+  const bool direct = coll == Collective::kAllReduce && shape.nranks > 1 && shape.directBytes > 0;
+  bool any = false;
+  for (int a = 0; a < kNumAlgos; ++a) {
+    const Algo algo = static_cast<Algo>(a);
+    const bool applies = algo == Algo::kRing || direct;
+    any = any || (applies && shape.algos.allows(algorithmOf(algo)));
+  }
+  for (int a = 0; a < kNumAlgos; ++a) {
+    const Algo algo = static_cast<Algo>(a);
+    if (algo != Algo::kRing && !direct) continue;
+    if (any ? !shape.algos.allows(algorithmOf(algo)) : algo != Algo::kRing) continue;
+    for (int p = 0; p < kNumProtos; ++p) {
+      Proto proto = static_cast<Proto>(p);
+      if (!shape.protos.allows(proto)) continue;
+      if (algo == Algo::kTwoShot && proto == Proto::kLl) continue;  // Simple only
+      for (int ch = lo; ch <= hi; ++ch) {
+        double us = predictDeviceUs(shape.nranks, coll, algo, proto, ch, bytes, shape.directBytes);
+        if (!found || us < best.us) {
+          best = DeviceChoice{algo, proto, ch, us};
+          found = true;
+        }
       }
     }
+  }
+  if (!found) {
+    // Only LL allowed and only two-shot asked for: two-shot runs with Simple rather than
+    // nothing at all (the protocol is the algorithm's own).
+    best = DeviceChoice{Algo::kTwoShot, Proto::kSimple, hi,
+                        predictDeviceUs(shape.nranks, coll, Algo::kTwoShot, Proto::kSimple, hi,
+                                        bytes, shape.directBytes)};
   }
   return best;
 }
@@ -172,6 +231,7 @@ Status encodeLaunches(const DeviceShape& shape, const Comm* comm, const DeviceCa
       if (shape.ringRanks != nullptr && shape.ringRanks[pos] == c.root)
         w.rootIndex = static_cast<int16_t>(pos);
     DeviceChoice choice = chooseDevice(shape, c.coll, deviceCallBytes(c, shape.nranks));
+    w.algo = choice.algo;
     w.proto = choice.proto;
     w.nchannels = static_cast<int16_t>(choice.nchannels);
     const bool sameKernel = current != nullptr && current->nworks < kMaxLaunchWorks &&

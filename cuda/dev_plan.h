@@ -18,6 +18,7 @@ namespace chorus {
 namespace dev {
 
 const char* protoName(Proto p);  // "LL", "Simple"
+const char* algoName(Algo a);    // "ring", "oneshot", "twoshot" (CHORUS_ALGO's names)
 
 // The protocols the user allows: one bit per Proto.
 struct ProtoMask {
@@ -42,17 +43,23 @@ struct DeviceShape {
   int maxChannels = kMaxChannels;
   const int32_t* ringRanks = nullptr;  // host copy: rank at each ring position
   ProtoMask protos;
+  AlgorithmMask algos;  // CHORUS_ALGO / NCCL_ALGO: ring, oneshot, twoshot apply on the device
+  // Bytes of one direct-region buffer per channel (Comm::direct); 0: no direct all-reduce.
+  uint32_t directBytes = 0;
 };
 
 struct DeviceChoice {
+  Algo algo = Algo::kRing;
   Proto proto = Proto::kSimple;
   int nchannels = 1;
   double us = 0;
 };
 
-// Predicted microseconds of a ring collective moving `bytes` (the nccl-tests size) with proto
-// over nchannels. The constants are estimates, not yet fitted on a GPU.
-double predictDeviceUs(int nranks, Collective coll, Proto proto, int nchannels, size_t bytes);
+// Predicted microseconds of a collective moving `bytes` (the nccl-tests size) with algo and
+// proto over nchannels (directBytes: the direct regions' buffer size, for the direct
+// algorithms' sequences). The constants are estimates, not yet fitted on a GPU.
+double predictDeviceUs(int nranks, Collective coll, Algo algo, Proto proto, int nchannels,
+                       size_t bytes, uint32_t directBytes = 0);
 DeviceChoice chooseDevice(const DeviceShape& shape, Collective coll, size_t bytes);
 
 // One collective call on device buffers.

@@ -119,6 +119,63 @@ CHORUS_HD inline bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
 
+// ---- Waiting for peers. ----
+
+CHORUS_HD inline bool commAborting(const Comm& comm) {
+  return comm.abortFlag != nullptr && *comm.abortFlag != 0;
+}
+
+// Tells the block's other threads (and the host) that this one gave up on abort.
+template <class Block>
+CHORUS_HD void markBlockAborted(const Comm& comm, Block& block) {
+#ifdef __CUDA_ARCH__
+  *static_cast<volatile int*>(&block.shared->aborted) = 1;
+#else
+  __atomic_store_n(&block.shared->aborted, 1, __ATOMIC_RELAXED);
+#endif
+  if (comm.errorFlag != nullptr) *static_cast<volatile uint32_t*>(comm.errorFlag) = 1;
+}
+
+template <class Block>
+CHORUS_HD bool blockAbortedSeen(const Block& block) {
+#ifdef __CUDA_ARCH__
+  return *static_cast<volatile int*>(&block.shared->aborted) != 0;
+#else
+  return __atomic_load_n(&block.shared->aborted, __ATOMIC_RELAXED) != 0;
+#endif
+}
+
+// Waits until the counter at p reaches `target`; false when the communicator was aborted first.
+template <class Block>
+CHORUS_HD bool waitCounterAtLeast(const Comm& comm, Block& block, const uint64_t* p,
+                                  uint64_t target) {
+  uint32_t spins = 0;
+  while (loadAcquire(p) < target) {
+    if ((++spins & 63u) == 0 && commAborting(comm)) {
+      markBlockAborted(comm, block);
+      return false;
+    }
+    pollPause();
+  }
+  return true;
+}
+
+// One thread waits for an LL line of `flag` and takes its data; false when the block or the
+// communicator gave up first.
+template <class Block>
+CHORUS_HD bool waitLlLine(const Comm& comm, Block& block, const LlLine* line, uint32_t flag,
+                          uint64_t* data) {
+  uint32_t spins = 0;
+  while (!llTryLoad(line, flag, data)) {
+    if ((++spins & 63u) == 0 && (blockAbortedSeen(block) || commAborting(comm))) {
+      markBlockAborted(comm, block);
+      return false;
+    }
+    pollPause();
+  }
+  return true;
+}
+
 // ---- The primitives. ----
 
 template <class F, RedKind K, Proto P, class Block>
@@ -179,36 +236,8 @@ class RingPrims {
   }
 
  private:
-  CHORUS_HD bool aborting() const { return comm_.abortFlag != nullptr && *comm_.abortFlag != 0; }
-
-  CHORUS_HD void markAborted() {
-#ifdef __CUDA_ARCH__
-    *static_cast<volatile int*>(&block_.shared->aborted) = 1;
-#else
-    __atomic_store_n(&block_.shared->aborted, 1, __ATOMIC_RELAXED);
-#endif
-    if (comm_.errorFlag != nullptr) *static_cast<volatile uint32_t*>(comm_.errorFlag) = 1;
-  }
-
-  CHORUS_HD bool abortedSeen() const {
-#ifdef __CUDA_ARCH__
-    return *static_cast<volatile int*>(&block_.shared->aborted) != 0;
-#else
-    return __atomic_load_n(&block_.shared->aborted, __ATOMIC_RELAXED) != 0;
-#endif
-  }
-
-  // Thread 0 waits until the counter at p reaches `target`; false when aborted first.
   CHORUS_HD bool waitCounter(const uint64_t* p, uint64_t target) {
-    uint32_t spins = 0;
-    while (loadAcquire(p) < target) {
-      if ((++spins & 63u) == 0 && aborting()) {
-        markAborted();
-        return false;
-      }
-      pollPause();
-    }
-    return true;
+    return waitCounterAtLeast(comm_, block_, p, target);
   }
 
   template <unsigned Flags>
@@ -365,14 +394,7 @@ class RingPrims {
       Pack8<S> a, b, r;
       a.word = 0;
       if (useRecv) {
-        uint32_t spins = 0;
-        while (!llTryLoad(recvLines + i, recvFlag, &a.word)) {
-          if ((++spins & 63u) == 0 && (abortedSeen() || aborting())) {
-            markAborted();
-            return false;
-          }
-          pollPause();
-        }
+        if (!waitLlLine(comm_, block_, recvLines + i, recvFlag, &a.word)) return false;
       } else {
         a.word = loadBytes8(local + off, valid);
       }

@@ -21,6 +21,16 @@ constexpr int kP2pDistancesPerLaunch = kMaxLaunchWorks / 2;
 constexpr int kBlockThreads = 512;
 constexpr int kMinBlockThreads = 64;
 
+// How a collective's work moves its data: along the ring channels' FIFOs, or (all-reduce of
+// ranks that all reach each other's memory) through every rank's direct region
+// (algorithms/direct_allreduce.h, cuda/dev_direct.h).
+enum class Algo : uint8_t {
+  kRing = 0,
+  kOneShot = 1,  // every rank stages its input and reduces all the staged inputs itself
+  kTwoShot = 2,  // every rank reduces one share and copies the others' finished shares
+};
+constexpr int kNumAlgos = 3;
+
 enum class Proto : uint8_t {
   kLl = 0,      // 16-byte lines of 8 data bytes and two flags: no separate flag wait
   kSimple = 1,  // whole slots, one counter per slot, a fence between data and counter
@@ -66,6 +76,32 @@ struct Channel {
   Fifo recv[kNumProtos];
 };
 
+// The direct all-reduce's memory: one region per rank in its own GPU memory, mapped by every
+// other rank, and in it a part per channel: the rank's two counters (the last sequence it
+// staged, the last whose reduced share is in its result buffer), each on a line of its own,
+// then its buffers. Sequence s uses the buffers of parity s % 2 (the argument that they are
+// free again is algorithms/direct_allreduce.h's and transport/shm/direct_region.h's). LL
+// staging has buffers of its own: LL lines carry flags a reader trusts, which data staged
+// with Simple in the same memory could imitate.
+constexpr int kMaxDirectRanks = 8;
+constexpr uint32_t kDirectHeaderBytes = 256;
+enum class DirectBuffer : int {
+  kStaging = 0,    // two: Simple staging of parity 0 and 1
+  kResult = 2,     // two: two-shot reduced shares
+  kLlStaging = 4,  // two: LL lines
+};
+constexpr int kDirectBuffers = 6;
+
+struct Direct {
+  char* regions[kMaxDirectRanks] = {};  // every rank's region as this rank reaches it
+  uint64_t channelBytes = 0;            // from one channel's part of a region to the next
+  uint32_t bufferBytes = 0;             // one buffer (a multiple of 256)
+};
+
+CHORUS_HD inline uint64_t directChannelBytes(uint32_t bufferBytes) {
+  return kDirectHeaderBytes + static_cast<uint64_t>(kDirectBuffers) * bufferBytes;
+}
+
 // The communicator as its kernels see it; lives in memory the device reads.
 struct Comm {
   int32_t rank = 0;
@@ -79,6 +115,10 @@ struct Comm {
   // By rank: send[] the FIFOs into that rank's memory for this rank's sends to it, recv[] this
   // rank's FIFOs for its receives from it (null slots where no P2P link exists).
   const Channel* peers = nullptr;
+  // Ranks of the direct regions (nranks when every rank reaches every other's memory and
+  // direct all-reduce is on, else 0: only ring works).
+  int32_t directRanks = 0;
+  Direct direct;
   Channel channels[kMaxChannels];
 };
 
@@ -91,8 +131,9 @@ struct Work {
   uint64_t scalarBits = 0;          // PreMulSum scalar in the element type's encoding
   Coll coll = Coll::kAllReduce;
   Proto proto = Proto::kSimple;
-  uint8_t type = 7;     // DataType
-  uint8_t redKind = 0;  // RedKind
+  Algo algo = Algo::kRing;  // all-reduce only: the others always run the ring
+  uint8_t type = 7;         // DataType
+  uint8_t redKind = 0;      // RedKind
   int16_t nchannels = 1;
   int16_t rootIndex = 0;  // broadcast/reduce: the root's ring position
   int32_t peer = 0;       // send/receive: the other rank

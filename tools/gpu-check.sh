@@ -356,6 +356,15 @@ if [ $built = 1 ]; then
   for n in 2 4; do
     side_by_side 30 $n "ar-sweep-n$n" all_reduce_perf -b 8 -e 256M -f 4 -c 1
   done
+  # The all-reduce algorithms side by side: the ring, and the direct ones reading the peers'
+  # buffers on the GPU (one-shot, two-shot).
+  for n in 2 4; do
+    for algo in ring oneshot twoshot; do
+      PERF_ENV=(CHORUS_ALGO="$algo")
+      run_perf 20 $n "ar-algo-n$n-$algo" all_reduce_perf -b 8 -e 64M -f 8 -c 1
+    done
+  done
+  PERF_ENV=()
   # Channels, threads per block and FIFO size on the ring: each variant from 64 KiB up.
   for variant in ${GPU_CHECK_VARIANTS:-"8/256/1048576" "16/512/1048576" "32/512/1048576" "32/512/4194304"}; do
     IFS=/ read -r ch th bs <<<"$variant"
@@ -392,6 +401,13 @@ fi
     echo "== $(basename "$f" -chorus-r1.log): size, chorus oop us / busbw, nccl oop us / busbw"
     join <(unprefixed "$f" | awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $6, $8 }' | sort -k1,1) \
          <(unprefixed "$g" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $6, $8 }' | sort -k1,1) -a 1 |
+      sort -n
+  done
+  for n in 2 4; do
+    echo "== all-reduce on $n ranks by algorithm: size, then out-of-place us / busbw for ring, oneshot, twoshot"
+    join <(unprefixed "$OUT/ar-algo-n$n-ring.log" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $6, $8 }' | sort -k1,1) \
+         <(unprefixed "$OUT/ar-algo-n$n-oneshot.log" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $6, $8 }' | sort -k1,1) -a 1 |
+      join - <(unprefixed "$OUT/ar-algo-n$n-twoshot.log" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $6, $8 }' | sort -k1,1) -a 1 |
       sort -n
   done
   echo "== all-reduce variants (channels, threads, FIFO bytes): out-of-place busbw GB/s at 4 MiB, 64 MiB, 256 MiB"

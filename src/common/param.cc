@@ -167,6 +167,11 @@ const std::vector<ParamDef> kParams = {
      "Ring channels a device communicator connects (1..32); each collective kernel runs one "
      "block per channel",
      false},
+    {"DEVICE_DIRECT_BUFFSIZE", ParamType::kInt, "65536",
+     "Bytes of each direct all-reduce buffer of a device communicator per channel (six per "
+     "channel and rank: staging, LL staging and results, two each); a multiple of 256 up to "
+     "16 MiB, 0: no direct all-reduce on the device",
+     false},
     {"DEVICE_THREADS", ParamType::kInt, "512",
      "Threads of each block of a device communicator's kernels (64..512, a multiple of 32)", false},
     {"PROTO", ParamType::kString, "",

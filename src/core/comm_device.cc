@@ -28,6 +28,7 @@ Status Communicator::initDevice(const LocalTopology& topo) {
   Result<dev::ProtoMask> protos = dev::protoOverride();
   if (!protos.isOk()) return protos.status().withContext(formatString("rank %d init", rank_));
   s.shape.protos = protos.value();
+  s.shape.algos = tuning_.allowed;
   s.shape.minChannels = tuning_.minChannels;
   s.shape.maxChannels = tuning_.maxChannels;
   s.nthreads = static_cast<int>(paramInt("DEVICE_THREADS"));
@@ -40,6 +41,12 @@ Status Communicator::initDevice(const LocalTopology& topo) {
     return invalidArgument("rank %d init: %s=%d is outside [1, %d]", rank_,
                            paramRaw("DEVICE_CHANNELS").source.c_str(), s.nchannels,
                            dev::kMaxChannels);
+  const int64_t direct = paramInt("DEVICE_DIRECT_BUFFSIZE");
+  if (direct < 0 || direct > (int64_t(16) << 20) || direct % 256 != 0)
+    return invalidArgument("rank %d init: %s=%lld is not 0 or a multiple of 256 up to 16 MiB",
+                           rank_, paramRaw("DEVICE_DIRECT_BUFFSIZE").source.c_str(),
+                           static_cast<long long>(direct));
+  s.directBytes = static_cast<uint32_t>(direct);
   // Simple slots hold the FIFO's share of BUFFSIZE; LL slots an eighth of that in lines.
   const FifoGeometry& g = transportCtx_.geometry;
   for (int p = 0; p < dev::kNumProtos; ++p) s.nslots[p] = g.nslots;

@@ -93,6 +93,7 @@ struct Call {
   int root = 0;
   bool inPlace = false;
   bool deviceScalar = false;
+  Algo algo = Algo::kRing;
 };
 
 size_t sendElems(const Call& c, int nranks) {
@@ -129,6 +130,7 @@ Work prepare(const Call& c, int nranks, int rank, Buffers* b, unsigned char* sca
   }
   w.coll = c.coll;
   w.proto = c.proto;
+  w.algo = c.algo;
   w.type = static_cast<uint8_t>(c.type);
   const bool copyOnly = c.coll == Coll::kAllGather || c.coll == Coll::kBroadcast;
   w.redKind = static_cast<uint8_t>(copyOnly ? RedKind::kSum : kindOf(c.op));
@@ -201,7 +203,12 @@ void runCalls(int nranks, const std::vector<Call>& calls, bool fused, int thread
       EXPECT_EQ(wrong, 0u) << "rank " << r << " call " << k << " (coll " << static_cast<int>(c.coll)
                            << ", " << chorus_test::typeName(c.type) << ", " << ref::kOpNames[c.op]
                            << ", count " << c.count << ", proto " << static_cast<int>(c.proto)
-                           << ")";
+                           << ", algo " << static_cast<int>(c.algo) << ")";
+      // Every rank of an all-reduce ends with the same bits.
+      if (c.coll == Coll::kAllReduce && r > 0) {
+        EXPECT_EQ(std::memcmp(got, resultOf(c, works[0][k]), c.count * typeSize(c.type)), 0)
+            << "rank " << r << " call " << k << " differs from rank 0";
+      }
     }
   }
 }
@@ -375,6 +382,100 @@ TEST(KernelOnHost, AbortStopsAWaitingRank) {
     ASSERT_TRUE(emuRunLaunch(l, 2));
     EXPECT_EQ(clique.comm(0)->errorFlag[0], 1u);
   }
+}
+
+// ---- The direct all-reduce (cuda/dev_direct.h) through direct regions in host memory. ----
+
+struct DirectCase {
+  int nranks;
+  Algo algo;
+  Proto proto;
+};
+
+class DirectOnHost : public ::testing::TestWithParam<DirectCase> {};
+
+// Every type and reduction; counts within one sequence and across many (buffers of 1 KiB per
+// channel: a 3001-element call of 8-byte types runs a dozen sequences on each channel).
+TEST_P(DirectOnHost, EveryTypeAndOp) {
+  const DirectCase& d = GetParam();
+  std::vector<Call> calls;
+  for (ncclDataType_t t : kAllTypes)
+    for (int op = 0; op < ref::kNumTestOps; ++op)
+      for (size_t count : {size_t{1}, size_t{37}, size_t{3001}}) {
+        Call c{Coll::kAllReduce, t, static_cast<ref::Op>(op), count, d.proto, 2};
+        c.algo = d.algo;
+        calls.push_back(c);
+      }
+  EmuGeometry g;
+  g.directBytes = 1024;
+  runCalls(d.nranks, calls, /*fused=*/false, /*threadsPerBlock=*/2, g);
+}
+
+INSTANTIATE_TEST_SUITE_P(RanksAndAlgorithms, DirectOnHost,
+                         ::testing::Values(DirectCase{2, Algo::kOneShot, Proto::kLl},
+                                           DirectCase{2, Algo::kOneShot, Proto::kSimple},
+                                           DirectCase{2, Algo::kTwoShot, Proto::kSimple},
+                                           DirectCase{3, Algo::kOneShot, Proto::kLl},
+                                           DirectCase{3, Algo::kTwoShot, Proto::kSimple},
+                                           DirectCase{4, Algo::kOneShot, Proto::kSimple},
+                                           DirectCase{4, Algo::kTwoShot, Proto::kSimple},
+                                           DirectCase{5, Algo::kOneShot, Proto::kLl},
+                                           DirectCase{8, Algo::kTwoShot, Proto::kSimple}),
+                         [](const ::testing::TestParamInfo<DirectCase>& info) {
+                           return std::to_string(info.param.nranks) + "ranks_" +
+                                  (info.param.algo == Algo::kOneShot ? "oneshot_" : "twoshot_") +
+                                  (info.param.proto == Proto::kLl ? "LL" : "Simple");
+                         });
+
+// Direct and ring works mixed in one launch and across launches, in place, with a device
+// scalar and several threads per block: each channel's sequence, and the buffer parity with
+// it, carries over whatever the algorithm and protocol of the call before (LL and Simple
+// staging alternate on the same channel).
+TEST(KernelOnHost, DirectAndRingWorksShareLaunches) {
+  std::vector<Call> calls;
+  const Algo algos[] = {Algo::kOneShot, Algo::kTwoShot, Algo::kRing};
+  for (int i = 0; i < 15; ++i) {
+    // One kernel per launch: every call a PreMulSum, the scalar given or read from memory.
+    Call c{Coll::kAllReduce,
+           ncclFloat32,
+           ref::kPreMulSum,
+           static_cast<size_t>(1 + 613 * i),
+           i % 4 == 0 ? Proto::kLl : Proto::kSimple,
+           1 + i % 3};
+    c.algo = algos[i % 3];
+    c.inPlace = i % 5 == 1;
+    c.deviceScalar = i % 2 == 1;
+    calls.push_back(c);
+  }
+  EmuGeometry g;
+  g.nchannels = 3;
+  g.directBytes = 512;
+  runCalls(4, calls, /*fused=*/true, 3, g);
+  runCalls(3, calls, /*fused=*/false, 1, g);
+}
+
+// A rank whose peers never stage waits in the direct all-reduce until the communicator is
+// aborted, then stops and flags the error for the host.
+TEST(KernelOnHost, AbortStopsARankWaitingInDirectAllReduce) {
+  for (Algo a : {Algo::kOneShot, Algo::kTwoShot})
+    for (Proto p : {Proto::kLl, Proto::kSimple}) {
+      EmuGeometry g;
+      g.directBytes = 1024;
+      EmuClique clique(3, g);
+      std::vector<float> in(4096, 1.0f), out(4096, 0.0f);
+      Launch l;
+      l.comm = clique.comm(1);
+      l.nworks = 1;
+      l.works[0].count = in.size();
+      l.works[0].sendbuff = in.data();
+      l.works[0].recvbuff = out.data();
+      l.works[0].proto = p;
+      l.works[0].algo = a;
+      l.works[0].nchannels = 2;
+      clique.abort();
+      ASSERT_TRUE(emuRunLaunch(l, 2));
+      EXPECT_EQ(clique.comm(1)->errorFlag[0], 1u);
+    }
 }
 
 TEST(KernelOnHost, UnknownKernelKeyIsRefused) {

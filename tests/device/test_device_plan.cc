@@ -105,10 +105,66 @@ TEST(DeviceChoice, SmallCallsTakeLlLargeOnesSimpleOnMoreChannels) {
     DeviceChoice c = chooseDevice(s, Collective::kAllReduce, bytes);
     for (int p = 0; p < kNumProtos; ++p)
       for (int ch = 1; ch <= 8; ++ch)
-        EXPECT_LE(
-            c.us,
-            predictDeviceUs(4, Collective::kAllReduce, static_cast<Proto>(p), ch, bytes) + 1e-9);
+        EXPECT_LE(c.us, predictDeviceUs(4, Collective::kAllReduce, Algo::kRing,
+                                        static_cast<Proto>(p), ch, bytes) +
+                            1e-9);
   }
+}
+
+// With direct regions, all-reduce weighs one-shot and two-shot against the ring: one exchange
+// instead of 2 (n - 1) ring steps for small calls; large calls stay on the ring (one-shot reads
+// every rank's whole input, and the direct buffers cut a call into many sequences).
+TEST(DeviceChoice, DirectAllReduceForSmallCallsWhenRegionsExist) {
+  const int32_t ring[4] = {0, 1, 2, 3};
+  DeviceShape s = shapeOf(4, 8, ring);
+  s.directBytes = 65536;
+  DeviceChoice small = chooseDevice(s, Collective::kAllReduce, 8);
+  EXPECT_EQ(small.algo, Algo::kOneShot);
+  EXPECT_EQ(small.proto, Proto::kLl);
+  EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 256u << 20).algo, Algo::kRing);
+  // Only all-reduce has a direct algorithm.
+  EXPECT_EQ(chooseDevice(s, Collective::kReduceScatter, 8).algo, Algo::kRing);
+  EXPECT_EQ(chooseDevice(s, Collective::kBroadcast, 8).algo, Algo::kRing);
+  for (size_t bytes : {size_t{8}, size_t{1} << 14, size_t{1} << 20, size_t{1} << 26}) {
+    DeviceChoice c = chooseDevice(s, Collective::kAllReduce, bytes);
+    for (int a = 0; a < kNumAlgos; ++a)
+      for (int p = 0; p < kNumProtos; ++p)
+        for (int ch = 1; ch <= 8; ++ch) {
+          if (a == static_cast<int>(Algo::kTwoShot) && p == static_cast<int>(Proto::kLl)) continue;
+          EXPECT_LE(c.us, predictDeviceUs(4, Collective::kAllReduce, static_cast<Algo>(a),
+                                          static_cast<Proto>(p), ch, bytes, s.directBytes) +
+                              1e-9)
+              << bytes << " bytes";
+        }
+  }
+  // No regions (a pair without P2P, more than 8 ranks, CHORUS_DEVICE_DIRECT_BUFFSIZE=0): ring.
+  s.directBytes = 0;
+  EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 8).algo, Algo::kRing);
+}
+
+TEST(DeviceChoice, AlgorithmOverrideOnTheDevice) {
+  const int32_t ring[2] = {0, 1};
+  DeviceShape s = shapeOf(2, 4, ring);
+  s.directBytes = 65536;
+  s.algos = parseAlgorithmList("ring", "CHORUS_ALGO=ring").value();
+  EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 8).algo, Algo::kRing);
+  s.algos = parseAlgorithmList("twoshot", "CHORUS_ALGO=twoshot").value();
+  DeviceChoice two = chooseDevice(s, Collective::kAllReduce, 8);
+  EXPECT_EQ(two.algo, Algo::kTwoShot);
+  EXPECT_EQ(two.proto, Proto::kSimple) << "two-shot runs with Simple only";
+  s.protos = parseProtoList("LL", "NCCL_PROTO=LL").value();
+  EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 8).algo, Algo::kTwoShot)
+      << "the algorithm asked for runs, with its own protocol";
+  s.protos = ProtoMask();
+  s.algos = parseAlgorithmList("oneshot", "CHORUS_ALGO=oneshot").value();
+  EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 1u << 28).algo, Algo::kOneShot);
+  // Nothing allowed applies on the device (tree; or direct without regions): the ring runs.
+  s.algos = parseAlgorithmList("tree", "NCCL_ALGO=tree").value();
+  EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 8).algo, Algo::kRing);
+  s.algos = parseAlgorithmList("direct", "CHORUS_ALGO=direct").value();
+  s.directBytes = 0;
+  EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 8).algo, Algo::kRing);
+  EXPECT_EQ(chooseDevice(s, Collective::kAllGather, 8).algo, Algo::kRing);
 }
 
 TEST(DeviceChoice, OneRankCopiesLargeBuffersOnEveryChannel) {

@@ -143,6 +143,17 @@ void checkCollective(Clique& c, Kind kind, ncclDataType_t type, ref::Op op, size
   }
 }
 
+// All-reduce of every type and op: one element, a few, and a million.
+void allReduceEveryTypeAndOp(Clique& c) {
+  const ncclDataType_t types[] = {ncclInt8,    ncclUint8,    ncclInt32,      ncclUint32,
+                                  ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
+                                  ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
+  for (ncclDataType_t t : types)
+    for (int op = 0; op < ref::kNumTestOps; ++op)
+      for (size_t count : {size_t{1}, size_t{1031}, size_t{1} << 20})
+        checkCollective(c, Kind::kAllReduce, t, static_cast<ref::Op>(op), count, 0);
+}
+
 // Ranks, CHORUS_PROTO, and the links: "p2p" (as chosen), "shm" or "socket" (every link through
 // host memory and the proxy: CHORUS_DEVICE_HOST_LINKS=1, with CHORUS_SHM_DISABLE=1 for sockets).
 using DeviceCommParam = std::tuple<int, const char*, const char*>;
@@ -170,13 +181,7 @@ std::string paramName(const ::testing::TestParamInfo<DeviceCommParam>& info) {
 
 TEST_P(DeviceComm, EveryCollectiveTypeAndOp) {
   Clique c(std::get<0>(GetParam()));
-  const ncclDataType_t types[] = {ncclInt8,    ncclUint8,    ncclInt32,      ncclUint32,
-                                  ncclInt64,   ncclUint64,   ncclFloat16,    ncclFloat32,
-                                  ncclFloat64, ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
-  for (ncclDataType_t t : types)
-    for (int op = 0; op < ref::kNumTestOps; ++op)
-      for (size_t count : {size_t{1}, size_t{1031}, size_t{1} << 20})
-        checkCollective(c, Kind::kAllReduce, t, static_cast<ref::Op>(op), count, 0);
+  allReduceEveryTypeAndOp(c);
   const int n = std::get<0>(GetParam());
   for (ncclDataType_t t : {ncclFloat32, ncclBfloat16, ncclInt8})
     for (size_t count : {size_t{7}, size_t{100003}}) {
@@ -198,6 +203,43 @@ INSTANTIATE_TEST_SUITE_P(RanksThroughHost, DeviceComm,
                                             ::testing::Values("LL", "Simple", ""),
                                             ::testing::Values("shm", "socket")),
                          paramName);
+
+// The direct all-reduce (one-shot, two-shot) forced by CHORUS_ALGO, with each protocol it
+// runs: ranks on one GPU read each other's direct buffers; every type and op, one element,
+// a few, and a million (many sequences of the 64 KiB buffers on each channel).
+using DirectParam = std::tuple<int, const char*, const char*>;
+
+class DeviceDirect : public ::testing::TestWithParam<DirectParam> {
+ protected:
+  void SetUp() override {
+    setenv("CHORUS_ALGO", std::get<1>(GetParam()), 1);
+    setenv("CHORUS_PROTO", std::get<2>(GetParam()), 1);
+  }
+  void TearDown() override {
+    unsetenv("CHORUS_ALGO");
+    unsetenv("CHORUS_PROTO");
+  }
+};
+
+TEST_P(DeviceDirect, AllReduceEveryTypeAndOp) {
+  Clique c(std::get<0>(GetParam()));
+  allReduceEveryTypeAndOp(c);
+}
+
+std::string directName(const ::testing::TestParamInfo<DirectParam>& info) {
+  std::string algo = std::get<1>(info.param), proto = std::get<2>(info.param);
+  for (char& ch : algo)
+    if (ch == ',') ch = '_';
+  return std::to_string(std::get<0>(info.param)) + "ranks_" + algo + "_" +
+         (proto.empty() ? "auto" : proto);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    RanksOnOneGpu, DeviceDirect,
+    ::testing::Values(DirectParam(2, "oneshot", "LL"), DirectParam(2, "oneshot", "Simple"),
+                      DirectParam(2, "twoshot", "Simple"), DirectParam(4, "oneshot", "LL"),
+                      DirectParam(4, "twoshot", "Simple"), DirectParam(4, "direct,ring", "")),
+    directName);
 
 // The point-to-point calls: all-to-all, gather, scatter and a ring shift by send/recv in a
 // group (all-to-all also in place), each block of bytes checked against the pattern its sender
