@@ -192,15 +192,18 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
     local.cuda(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device_),
                "cudaDeviceGetAttribute");
   const int resident = blocksPerSm * sms;
-  // A collective runs a block per channel, a group's sends and receives up to a block each.
-  const int blocksEach = std::max(nchannels_, s.nranks > 1 ? kMaxLaunchWorks : 1);
+  // A collective runs a block per channel, a group's sends and receives a block per part of
+  // a transfer, for up to kP2pDistancesPerLaunch distances at once.
+  const int p2pBlocks =
+      s.nranks > 1 ? 2 * kP2pParts * std::min(s.nranks, kP2pDistancesPerLaunch) : 1;
+  const int blocksEach = std::max(nchannels_, p2pBlocks);
   if (local.ok() && resident < sameGpuHere * blocksEach)
     local.note(invalidUsage(
         "rank %d: %d ranks of this process share GPU %d and each runs up to %d blocks at once "
         "(%d channels, up to %d for sends and receives), but the GPU holds only %d "
         "collective-kernel blocks at once (%d per multiprocessor x %d); use fewer ranks per GPU%s",
-        rank_, sameGpuHere, device_, blocksEach, nchannels_, kMaxLaunchWorks, resident, blocksPerSm,
-        sms, nchannels_ > kMaxLaunchWorks ? " or lower CHORUS_DEVICE_CHANNELS" : ""));
+        rank_, sameGpuHere, device_, blocksEach, nchannels_, p2pBlocks, resident, blocksPerSm, sms,
+        nchannels_ > p2pBlocks ? " or lower CHORUS_DEVICE_CHANNELS" : ""));
 
   const std::vector<int>& ring = *s.ringRanks;
   ringRanks_.assign(ring.begin(), ring.end());
@@ -322,7 +325,7 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
                                 device_, next, devicePathName(toNext.kind), toNext.reason.c_str(),
                                 prev, devicePathName(fromPrev.kind));
     RegionLayout linkLayout = layout;
-    linkLayout.nchannels = 1;
+    linkLayout.nchannels = kP2pParts;
     CHORUS_TRY(connectPeers(s, ends, linkLayout, setup, &local));
   } else {
     description_ = formatString("rank %d (GPU %d): alone", rank_, device_);
@@ -354,12 +357,15 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
       host.ringRanks = ringRanksDev_;
   }
   if (local.ok() && n > 1 &&
-      local.cuda(cudaMalloc(reinterpret_cast<void**>(&peersDev_), sizeof(Channel) * n),
-                 "cudaMalloc") &&
-      local.cuda(cudaMemcpyAsync(peersDev_, peersHost_.data(), sizeof(Channel) * n,
+      local.cuda(
+          cudaMalloc(reinterpret_cast<void**>(&peersDev_), sizeof(Channel) * peersHost_.size()),
+          "cudaMalloc") &&
+      local.cuda(cudaMemcpyAsync(peersDev_, peersHost_.data(), sizeof(Channel) * peersHost_.size(),
                                  cudaMemcpyHostToDevice, setup),
-                 "cudaMemcpyAsync"))
+                 "cudaMemcpyAsync")) {
     host.peers = peersDev_;
+    host.p2pParts = kP2pParts;
+  }
   if (local.ok() &&
       local.cuda(cudaMalloc(reinterpret_cast<void**>(&commDev_), sizeof(Comm)), "cudaMalloc"))
     local.cuda(cudaMemcpyAsync(commDev_, &host, sizeof(Comm), cudaMemcpyHostToDevice, setup),
@@ -371,6 +377,7 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
   if (!local.ok()) return local.status();
   shape_.ringRanks = ringRanks_.data();
   shape_.nranks = n;
+  shape_.p2pParts = kP2pParts;
   if (proxy_ && proxy_->links() > 0) {
     proxy_->start();
     description_ += formatString("; %zu FIFOs through host memory", proxy_->links());

@@ -39,13 +39,16 @@ struct HostLinks {
   std::vector<RecvConnector*> recv;
 };
 
-// Host device channels: ring channel c with protocol p is 2c + p; point-to-point links with
-// protocol p are kHostP2pChannel + p.
+// Host device channels: ring channel c with protocol p is 2c + p; part `part` of the
+// point-to-point links with protocol p is kHostP2pChannel + 2 part + p.
 constexpr int kHostP2pChannel = 2 * kMaxChannels;
-constexpr int kHostChannels = kHostP2pChannel + kNumProtos;
+constexpr int kHostChannels = kHostP2pChannel + kP2pParts * kNumProtos;
 static_assert(kNumProtos == 2, "host ring channels are numbered 2c + p");
 inline int hostRingChannel(int channel, int proto) {
   return 2 * channel + proto;
+}
+inline int hostP2pChannel(int part, int proto) {
+  return kHostP2pChannel + 2 * part + proto;
 }
 
 // Builds host connectors on device channel `channel` (in [0, kHostChannels)): receive

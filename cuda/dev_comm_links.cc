@@ -20,14 +20,16 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
   peerSend_.assign(static_cast<size_t>(n), nullptr);
   peerSendIpc_.assign(static_cast<size_t>(n), false);
   noRecvLink_.assign(static_cast<size_t>(n), "");
-  peersHost_.assign(static_cast<size_t>(n), Channel());
+  // The links of each pair, one per part: the channels of `layout`.
+  const int parts = static_cast<int>(layout.nchannels);
+  peersHost_.assign(static_cast<size_t>(n) * parts, Channel());
   peerRecvViaHost_.assign(static_cast<size_t>(n), MappedRegion());
   peerSendViaHost_.assign(static_cast<size_t>(n), MappedRegion());
   // Peers whose links to and from this rank go through host memory (the path is the same
   // both ways).
   std::vector<int> viaHost;
-  // Per peer and protocol: the send step, the receive step.
-  const size_t stateWords = static_cast<size_t>(n) * kNumProtos * 2;
+  // Per peer, part and protocol: the send step, the receive step.
+  const size_t stateWords = static_cast<size_t>(n) * parts * kNumProtos * 2;
   if (local->ok() &&
       local->cuda(cudaMalloc(reinterpret_cast<void**>(&peerState_), stateWords * sizeof(uint64_t)),
                   formatString("rank %d: cudaMalloc of the point-to-point FIFO state", rank_)))
@@ -112,33 +114,37 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
   }
   // The host connectors of those links, one per protocol each way, joined to the FIFOs by the
   // proxy (every rank takes part, whatever its own set-up did: the peers wait for it).
-  for (int q = 0; q < kNumProtos && !viaHost.empty(); ++q) {
-    HostLinks links;
-    CHORUS_TRY(s.connectHost(kHostP2pChannel + q, viaHost, viaHost, &links));
-    for (int p : viaHost) {
-      const MappedRegion& in = peerRecvViaHost_[static_cast<size_t>(p)];
-      const MappedRegion& out = peerSendViaHost_[static_cast<size_t>(p)];
-      if (!local->ok() || !in.valid() || !out.valid()) continue;
-      const std::string what = formatString("device link between ranks %d and %d, %s", rank_, p,
-                                            protoName(static_cast<Proto>(q)));
-      local->note(proxy_->addSend(out.proxyFifo(layout, 0, q), links.send[static_cast<size_t>(p)],
-                                  "send " + what)) &&
-          local->note(proxy_->addRecv(links.recv[static_cast<size_t>(p)],
-                                      in.proxyFifo(layout, 0, q), static_cast<Proto>(q),
-                                      "receive " + what));
+  for (int part = 0; part < parts && !viaHost.empty(); ++part)
+    for (int q = 0; q < kNumProtos; ++q) {
+      HostLinks links;
+      CHORUS_TRY(s.connectHost(hostP2pChannel(part, q), viaHost, viaHost, &links));
+      for (int p : viaHost) {
+        const MappedRegion& in = peerRecvViaHost_[static_cast<size_t>(p)];
+        const MappedRegion& out = peerSendViaHost_[static_cast<size_t>(p)];
+        if (!local->ok() || !in.valid() || !out.valid()) continue;
+        const std::string what = formatString("device link %d between ranks %d and %d, %s", part,
+                                              rank_, p, protoName(static_cast<Proto>(q)));
+        local->note(proxy_->addSend(out.proxyFifo(layout, part, q),
+                                    links.send[static_cast<size_t>(p)], "send " + what)) &&
+            local->note(proxy_->addRecv(links.recv[static_cast<size_t>(p)],
+                                        in.proxyFifo(layout, part, q), static_cast<Proto>(q),
+                                        "receive " + what));
+      }
     }
-  }
   for (int p = 0; p < n; ++p)
-    for (int q = 0; q < kNumProtos && peerState_ != nullptr; ++q) {
-      uint64_t* steps = peerState_ + (static_cast<size_t>(p) * kNumProtos + q) * 2;
-      Channel& link = peersHost_[static_cast<size_t>(p)];
-      if (peerSendViaHost_[static_cast<size_t>(p)].valid())
-        link.send[q] = peerSendViaHost_[static_cast<size_t>(p)].kernelFifo(layout, 0, q, steps);
-      else if (char* out = peerSend_[static_cast<size_t>(p)])
-        link.send[q] = layout.fifo(out, 0, q, steps);
-      if (char* in = peerRecv_[static_cast<size_t>(p)])
-        link.recv[q] = layout.fifo(in, 0, q, steps + 1);
-    }
+    for (int part = 0; part < parts; ++part)
+      for (int q = 0; q < kNumProtos && peerState_ != nullptr; ++q) {
+        const size_t at = static_cast<size_t>(p) * parts + part;
+        uint64_t* steps = peerState_ + (at * kNumProtos + q) * 2;
+        Channel& link = peersHost_[at];
+        if (peerSendViaHost_[static_cast<size_t>(p)].valid())
+          link.send[q] =
+              peerSendViaHost_[static_cast<size_t>(p)].kernelFifo(layout, part, q, steps);
+        else if (char* out = peerSend_[static_cast<size_t>(p)])
+          link.send[q] = layout.fifo(out, part, q, steps);
+        if (char* in = peerRecv_[static_cast<size_t>(p)])
+          link.recv[q] = layout.fifo(in, part, q, steps + 1);
+      }
   return Status::ok();
 }
 
@@ -227,9 +233,8 @@ Status CudaDeviceComm::connectDirect(const DeviceCommSetup& s,
   SetupFailure failure;
   const uint64_t channelBytes = directChannelBytes(s.directBytes);
   const size_t bytes = allocationBytes(channelBytes * static_cast<uint64_t>(nchannels_), exported);
-  std::vector<RegionInfo> infos(static_cast<size_t>(n));
+  std::vector<RegionInfo> infos(static_cast<size_t>(n));  // value-initialised: zeros
   RegionInfo& mine = infos[static_cast<size_t>(rank_)];
-  std::memset(&mine, 0, sizeof mine);
   if (why.empty() && local.ok() &&
       failure.cuda(
           cudaMalloc(reinterpret_cast<void**>(&directRegion_), bytes),

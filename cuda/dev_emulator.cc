@@ -1,5 +1,6 @@
 #include "cuda/dev_emulator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <stdexcept>
@@ -144,9 +145,10 @@ void EmuClique::bridge(FifoMemory& local, FifoMemory& remote, int sender, int re
       send = &hostFifos_.back()->send;
       recv = &hostFifos_.back()->recv;
     }
-    const std::string name =
-        (channel < 0 ? std::string("link ") : "ring channel " + std::to_string(channel) + " ") +
-        std::to_string(sender) + " -> " + std::to_string(receiver) + (p == 0 ? ", LL" : ", Simple");
+    const std::string name = (channel < 0 ? "link " + std::to_string(-1 - channel) + " "
+                                          : "ring channel " + std::to_string(channel) + " ") +
+                             std::to_string(sender) + " -> " + std::to_string(receiver) +
+                             (p == 0 ? ", LL" : ", Simple");
     Status s = proxies_[static_cast<size_t>(sender)]->addSend(
         fifoView(local, p, &local.sendStep[p], g), send, name);
     if (s.isOk())
@@ -202,32 +204,40 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
     }
     comms_[static_cast<size_t>(rank)] = std::move(comm);
   }
-  // Point-to-point links between every pair: rank r's FIFO for its receives from s.
+  // Point-to-point links between every pair, p2pParts each: rank r's FIFOs for its receives
+  // from s.
+  const int parts = std::max(1, g.p2pParts);
   for (int r = 0; r < nranks; ++r)
-    for (int s = 0; s < nranks; ++s) {
-      auto m = std::make_unique<FifoMemory>();
-      for (int p = 0; p < kNumProtos; ++p)
-        m->slots[p].assign(r == s ? 0 : static_cast<size_t>(g.nslots[p]) * g.slotBytes[p] + 16, 0);
-      peerMemory_.push_back(std::move(m));
-    }
-  auto linkOf = [&](int receiver, int sender) -> FifoMemory& {
-    return *peerMemory_[static_cast<size_t>(receiver * nranks + sender)];
+    for (int s = 0; s < nranks; ++s)
+      for (int part = 0; part < parts; ++part) {
+        auto m = std::make_unique<FifoMemory>();
+        for (int p = 0; p < kNumProtos; ++p)
+          m->slots[p].assign(r == s ? 0 : static_cast<size_t>(g.nslots[p]) * g.slotBytes[p] + 16,
+                             0);
+        peerMemory_.push_back(std::move(m));
+      }
+  auto linkOf = [&](int receiver, int sender, int part) -> FifoMemory& {
+    return *peerMemory_[static_cast<size_t>((receiver * nranks + sender) * parts + part)];
   };
   peers_.resize(static_cast<size_t>(nranks));
   for (int me = 0; me < nranks; ++me) {
     std::vector<Channel>& links = peers_[static_cast<size_t>(me)];
-    links.resize(static_cast<size_t>(nranks));
+    links.resize(static_cast<size_t>(nranks) * parts);
     for (int other = 0; other < nranks; ++other) {
       if (other == me) continue;
-      FifoMemory& in = linkOf(me, other);
-      FifoMemory& out = g.proxied ? newSenderMemory(g) : linkOf(other, me);
-      if (g.proxied) bridge(out, linkOf(other, me), me, other, -1, g);
-      for (int p = 0; p < kNumProtos; ++p) {
-        links[static_cast<size_t>(other)].send[p] = fifoView(out, p, &out.sendStep[p], g);
-        links[static_cast<size_t>(other)].recv[p] = fifoView(in, p, &in.recvStep[p], g);
+      for (int part = 0; part < parts; ++part) {
+        FifoMemory& in = linkOf(me, other, part);
+        FifoMemory& out = g.proxied ? newSenderMemory(g) : linkOf(other, me, part);
+        if (g.proxied) bridge(out, linkOf(other, me, part), me, other, -1 - part, g);
+        Channel& link = links[static_cast<size_t>(other * parts + part)];
+        for (int p = 0; p < kNumProtos; ++p) {
+          link.send[p] = fifoView(out, p, &out.sendStep[p], g);
+          link.recv[p] = fifoView(in, p, &in.recvStep[p], g);
+        }
       }
     }
     comms_[static_cast<size_t>(me)]->peers = links.data();
+    comms_[static_cast<size_t>(me)]->p2pParts = parts;
   }
   if (g.directBytes > 0 && nranks > 1) {
     if (nranks > kMaxDirectRanks || g.directBytes % 256 != 0)

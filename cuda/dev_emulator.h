@@ -34,9 +34,12 @@ struct EmuGeometry {
   // Bytes of each direct-region buffer (dev_work.h: Direct) per channel; 0: no direct regions
   // (only ring works). At most kMaxDirectRanks ranks.
   uint32_t directBytes = 0;
+  // Links per pair of ranks for sends and receives (Comm::p2pParts).
+  int p2pParts = kP2pParts;
   // Where a proxied link's host connectors come from (in tests of a communicator's own
   // transports): the sending rank's connector to `receiver` and the receiving rank's from
-  // `sender`, for ring channel `channel` (-1: the point-to-point link) and protocol `proto`.
+  // `sender`, for ring channel `channel` (-1 - part: part `part` of the point-to-point link)
+  // and protocol `proto`.
   // Null, or false returned: a host FIFO the clique makes itself.
   std::function<bool(int sender, int receiver, int channel, int proto, SendConnector** send,
                      RecvConnector** recv)>
@@ -68,15 +71,15 @@ class EmuClique {
   // The sender's own end of a proxied link (slots and their sizes).
   FifoMemory& newSenderMemory(const EmuGeometry& g);
   // Sends of `sender` written into `local`, delivered into `remote` of `receiver`.
-  // channel: the ring channel, -1 for the point-to-point link.
+  // channel: the ring channel, -1 - part for the point-to-point link's part.
   void bridge(FifoMemory& local, FifoMemory& remote, int sender, int receiver, int channel,
               const EmuGeometry& g);
   int nranks_;
   std::vector<int32_t> ring_;
   std::vector<std::unique_ptr<Comm>> comms_;
   std::vector<std::unique_ptr<FifoMemory>> memory_;
-  std::vector<std::unique_ptr<FifoMemory>> peerMemory_;  // point-to-point links
-  std::vector<std::vector<Channel>> peers_;              // by rank, then peer
+  std::vector<std::unique_ptr<FifoMemory>> peerMemory_;  // point-to-point links, per part
+  std::vector<std::vector<Channel>> peers_;              // by rank, then peer and part
   std::vector<std::vector<uint64_t>> directRegions_;     // by rank (zeroed, 8-byte aligned)
   std::vector<uint64_t> barriers_;
   std::vector<uint32_t> errors_;

@@ -181,7 +181,7 @@ CHORUS_HD bool runP2p(const Comm& comm, const Work& w, Block& b) {
   }
   // Only this transfer's direction: the other direction of the same link may run on another
   // block at the same time, and each block writes back the step of the FIFO end it moved.
-  const Channel& link = comm.peers[w.peer];
+  const Channel& link = comm.peers[w.peer * comm.p2pParts + w.part];
   Channel one;
   if (w.coll == Coll::kSend) {
     one.send[static_cast<int>(P)] = link.send[static_cast<int>(P)];

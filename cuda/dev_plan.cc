@@ -294,6 +294,19 @@ Proto chooseP2pProto(const ProtoMask& protos, size_t bytes) {
   return chosen;
 }
 
+int p2pPartsOf(const DeviceShape& shape, size_t bytes) {
+  const size_t most = static_cast<size_t>(std::max(1, std::min(shape.p2pParts, kP2pParts)));
+  const size_t by = shape.p2pPartBytes > 0 ? bytes / shape.p2pPartBytes : most;
+  return static_cast<int>(std::max<size_t>(1, std::min(most, by)));
+}
+
+size_t p2pPartBegin(size_t bytes, int parts, int p) {
+  size_t per = (bytes + static_cast<size_t>(parts) - 1) / static_cast<size_t>(parts);
+  per = (per + 15) / 16 * 16;
+  const size_t b = per * static_cast<size_t>(p);
+  return b < bytes ? b : bytes;
+}
+
 Status encodeP2pLaunches(const DeviceShape& shape, const Comm* comm, int rank, const DeviceP2p* ops,
                          size_t n, std::vector<Launch>* out) {
   const int nranks = shape.nranks;
@@ -325,18 +338,27 @@ Status encodeP2pLaunches(const DeviceShape& shape, const Comm* comm, int rank, c
       return invalidUsage(
           "rank %d: send %zu to itself has %zu bytes but the matching receive %zu bytes", rank, k,
           sends[0][k]->bytes, recvs[0][k]->bytes);
-  auto work = [&](const DeviceP2p& op, Coll coll) {
-    Work w;
-    w.count = op.bytes;
-    w.sendbuff = op.sendbuff;
-    w.recvbuff = op.recvbuff;
-    w.coll = coll;
-    w.proto = chooseP2pProto(shape.protos, op.bytes);
-    w.type = static_cast<uint8_t>(DataType::kUint8);
-    w.redKind = static_cast<uint8_t>(RedKind::kSum);
-    w.nchannels = 1;
-    w.peer = op.peer;
-    return w;
+  // Appends the parts of a transfer (a copy takes its receive's buffer).
+  auto addParts = [&](Launch* l, const DeviceP2p& op, Coll coll, void* copyTo) {
+    const int parts = p2pPartsOf(shape, op.bytes);
+    const Proto proto = chooseP2pProto(shape.protos, op.bytes);
+    for (int p = 0; p < parts; ++p) {
+      const size_t begin = p2pPartBegin(op.bytes, parts, p);
+      const size_t end = p2pPartBegin(op.bytes, parts, p + 1);
+      Work w;
+      w.count = end - begin;
+      w.sendbuff = op.sendbuff != nullptr ? static_cast<const char*>(op.sendbuff) + begin : nullptr;
+      void* recv = coll == Coll::kCopy ? copyTo : op.recvbuff;
+      w.recvbuff = recv != nullptr ? static_cast<char*>(recv) + begin : nullptr;
+      w.coll = coll;
+      w.proto = proto;
+      w.type = static_cast<uint8_t>(DataType::kUint8);
+      w.redKind = static_cast<uint8_t>(RedKind::kSum);
+      w.nchannels = 1;
+      w.peer = op.peer;
+      w.part = p;
+      l->works[l->nworks++] = w;
+    }
   };
   for (size_t k = 0; k < rounds; ++k)
     for (int first = 0; first < nranks; first += kP2pDistancesPerLaunch) {
@@ -348,15 +370,11 @@ Status encodeP2pLaunches(const DeviceShape& shape, const Comm* comm, int rank, c
         const std::vector<const DeviceP2p*>& s = sends[static_cast<size_t>(d)];
         const std::vector<const DeviceP2p*>& r = recvs[static_cast<size_t>(d)];
         if (d == 0) {
-          if (k < s.size()) {
-            Work w = work(*s[k], Coll::kCopy);
-            w.recvbuff = r[k]->recvbuff;
-            l.works[l.nworks++] = w;
-          }
+          if (k < s.size()) addParts(&l, *s[k], Coll::kCopy, r[k]->recvbuff);
           continue;
         }
-        if (k < s.size()) l.works[l.nworks++] = work(*s[k], Coll::kSend);
-        if (k < r.size()) l.works[l.nworks++] = work(*r[k], Coll::kRecv);
+        if (k < s.size()) addParts(&l, *s[k], Coll::kSend, nullptr);
+        if (k < r.size()) addParts(&l, *r[k], Coll::kRecv, nullptr);
       }
       if (l.nworks > 0) out->push_back(l);
     }

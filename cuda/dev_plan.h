@@ -46,6 +46,11 @@ struct DeviceShape {
   AlgorithmMask algos;  // CHORUS_ALGO / NCCL_ALGO: ring, oneshot, twoshot apply on the device
   // Bytes of one direct-region buffer per channel (Comm::direct); 0: no direct all-reduce.
   uint32_t directBytes = 0;
+  // Links per pair of ranks for sends and receives (Comm::p2pParts), and the fewest bytes a
+  // part of a transfer moves: a transfer of b bytes runs as min(p2pParts, b / p2pPartBytes)
+  // parts (at least one), each on a block and a link of its own.
+  int p2pParts = 1;
+  size_t p2pPartBytes = size_t(256) << 10;
 };
 
 struct DeviceChoice {
@@ -101,12 +106,18 @@ size_t planSendCopies(const DeviceP2p* ops, size_t n, std::vector<size_t>* at);
 // The protocol of a transfer of `bytes`: both ends choose from the size alone, so they agree.
 Proto chooseP2pProto(const ProtoMask& protos, size_t bytes);
 
+// How many parts a transfer of `bytes` runs as, and where part p starts (16-byte multiples,
+// so that parts of aligned buffers stay aligned); both ends compute them from the size alone.
+int p2pPartsOf(const DeviceShape& shape, size_t bytes);
+size_t p2pPartBegin(size_t bytes, int parts, int p);
+
 // Appends the launches that run one group's sends and receives of `rank` to *out. The k-th
 // send to rank + d and the k-th receive from rank - d (mod nranks) go into launch (k, d / 4),
 // launches in that order: the peer puts the matching receive and send in the launch of the same
 // key, so every rank's launches meet their peers' in the same order and none can wait on a
-// later one. Within a launch each transfer has a block of its own. Sends to itself are paired
-// with receives from itself (same count and sizes, else an error) and become copies.
+// later one. Within a launch each part of a transfer has a block of its own (part p of a send
+// goes through link p of the pair, as part p of the matching receive does). Sends to itself are
+// paired with receives from itself (same count and sizes, else an error) and become copies.
 Status encodeP2pLaunches(const DeviceShape& shape, const Comm* comm, int rank, const DeviceP2p* ops,
                          size_t n, std::vector<Launch>* out);
 

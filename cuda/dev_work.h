@@ -12,11 +12,15 @@
 namespace chorus {
 namespace dev {
 
-constexpr int kMaxChannels = 32;    // ring channels of a device communicator
-constexpr int kMaxLaunchWorks = 8;  // collectives (or point-to-point transfers) one launch carries
-// A point-to-point launch serves this many peer distances: a send and a receive block each
-// (the copy to itself, distance 0, one block).
-constexpr int kP2pDistancesPerLaunch = kMaxLaunchWorks / 2;
+constexpr int kMaxChannels = 32;  // ring channels of a device communicator
+// A large point-to-point transfer is cut into up to this many parts, each moved by a block of
+// its own through a FIFO of its own (every pair of ranks has this many links each way).
+constexpr int kP2pParts = 4;
+// A point-to-point launch serves this many peer distances: the parts of a send and of a
+// receive each (the copy to itself, distance 0, its parts).
+constexpr int kP2pDistancesPerLaunch = 4;
+// Collectives (or point-to-point parts) one launch carries.
+constexpr int kMaxLaunchWorks = 2 * kP2pParts * kP2pDistancesPerLaunch;
 // Threads of one channel's block: at most kBlockThreads (CHORUS_DEVICE_THREADS chooses).
 constexpr int kBlockThreads = 512;
 constexpr int kMinBlockThreads = 64;
@@ -112,9 +116,11 @@ struct Comm {
   uint64_t* barrier = nullptr;         // grid barrier between the works of a launch (only grows)
   const volatile uint32_t* abortFlag = nullptr;  // set by the host: stop waiting
   uint32_t* errorFlag = nullptr;  // set by a kernel that gave up (abort); read by the host
-  // By rank: send[] the FIFOs into that rank's memory for this rank's sends to it, recv[] this
-  // rank's FIFOs for its receives from it (null slots where no P2P link exists).
+  // By rank and part (rank * p2pParts + part): send[] the FIFOs into that rank's memory for
+  // this rank's sends to it, recv[] this rank's FIFOs for its receives from it (null slots
+  // where no link exists).
   const Channel* peers = nullptr;
+  int32_t p2pParts = 1;
   // Ranks of the direct regions (nranks when every rank reaches every other's memory and
   // direct all-reduce is on, else 0: only ring works).
   int32_t directRanks = 0;
@@ -137,6 +143,7 @@ struct Work {
   int16_t nchannels = 1;
   int16_t rootIndex = 0;  // broadcast/reduce: the root's ring position
   int32_t peer = 0;       // send/receive: the other rank
+  int32_t part = 0;       // send/receive: which of the pair's links (< Comm::p2pParts)
 };
 
 // One kernel launch, on the kernel chosen by (type, redKind) of the first work. Collectives:
@@ -149,6 +156,7 @@ struct Launch {
   int32_t p2p = 0;
   Work works[kMaxLaunchWorks];
 };
+static_assert(sizeof(Launch) <= 4096, "a launch is a kernel's parameter (at most 4 KiB)");
 
 // The elements [begin, end) of count that channel c of nchannels moves: equal contiguous
 // slices, each starting on a 64-byte multiple of elements (the host executor cuts the same).

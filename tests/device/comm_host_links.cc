@@ -42,7 +42,8 @@ CommHostLinks::CommHostLinks(int nranks, bool tcp, int ringChannels, bool p2p)
       std::vector<int> others;
       for (int o = 0; o < nranks; ++o)
         if (o != r) others.push_back(o);
-      for (int p = 0; p < kNumProtos && p2p; ++p) connect(kHostP2pChannel + p, others, others);
+      for (int part = 0; part < kP2pParts && p2p; ++part)
+        for (int p = 0; p < kNumProtos; ++p) connect(hostP2pChannel(part, p), others, others);
     });
   for (std::thread& t : threads) t.join();
   unsetenv("CHORUS_SHM_DISABLE");
@@ -60,8 +61,8 @@ CommHostLinks::~CommHostLinks() {
 
 bool CommHostLinks::link(int sender, int receiver, int channel, int proto, SendConnector** send,
                          RecvConnector** recv) {
-  const size_t h =
-      static_cast<size_t>(channel < 0 ? kHostP2pChannel + proto : hostRingChannel(channel, proto));
+  const size_t h = static_cast<size_t>(channel < 0 ? hostP2pChannel(-1 - channel, proto)
+                                                   : hostRingChannel(channel, proto));
   *send = links_[static_cast<size_t>(sender)][h].send.empty()
               ? nullptr
               : links_[static_cast<size_t>(sender)][h].send[static_cast<size_t>(receiver)];

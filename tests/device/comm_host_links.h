@@ -19,7 +19,7 @@ class CommHostLinks {
   // nranks host communicators (threads of this process) over shared memory, or over TCP when
   // tcp; each connects the host channels of ring channels [0, ringChannels) to its ring
   // neighbours (ring 0 -> 1 -> ... -> nranks-1) and, when p2p, the point-to-point host channels
-  // to every other rank. error() says what failed, if anything.
+  // of every part to every other rank. error() says what failed, if anything.
   CommHostLinks(int nranks, bool tcp, int ringChannels, bool p2p);
   ~CommHostLinks();  // the communicators are closed together
   CommHostLinks(const CommHostLinks&) = delete;

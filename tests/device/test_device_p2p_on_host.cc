@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <random>
 #include <string>
@@ -106,6 +107,52 @@ TEST(EncodeP2p, SecondTransferToAPeerGoesIntoALaterLaunch) {
   EXPECT_EQ(launches[1].works[0].sendbuff, b);
 }
 
+// A large transfer runs as parts on links of their own, a block each: the sender's and the
+// receiver's parts cut the same bytes (16-byte multiples) and use the same links; a launch
+// holds every part of its distances.
+TEST(EncodeP2p, LargeTransfersRunInPartsOnLinksOfTheirOwn) {
+  DeviceShape shape = shapeOf(3);
+  shape.p2pParts = kP2pParts;
+  shape.p2pPartBytes = 1000;
+  EXPECT_EQ(p2pPartsOf(shape, 999), 1);
+  EXPECT_EQ(p2pPartsOf(shape, 2500), 2);
+  EXPECT_EQ(p2pPartsOf(shape, 1000000), kP2pParts);
+  shape.p2pParts = 1;
+  EXPECT_EQ(p2pPartsOf(shape, 1000000), 1) << "never more parts than links";
+  shape.p2pParts = kP2pParts;
+  std::vector<char> send(3 * 4001), recv(3 * 4001);
+  std::vector<DeviceP2p> ops;
+  for (int p = 0; p < 3; ++p) {
+    ops.push_back(sendTo(p, send.data() + 4001 * p, 4001));
+    ops.push_back(recvFrom(p, recv.data() + 4001 * p, 4001));
+  }
+  std::vector<Launch> launches;
+  ASSERT_TRUE(encodeP2pLaunches(shape, nullptr, 1, ops.data(), ops.size(), &launches).isOk());
+  ASSERT_EQ(launches.size(), 1u);
+  ASSERT_EQ(launches[0].nworks, 5 * kP2pParts) << "a copy, two sends, two receives: 4 parts each";
+  // Per transfer (collective and peer): its parts in order, consecutive, on 16-byte offsets.
+  std::map<std::pair<int, int>, std::pair<int, size_t>> seen;  // -> next part, bytes covered
+  for (int i = 0; i < launches[0].nworks; ++i) {
+    const Work& w = launches[0].works[i];
+    auto& [next, covered] = seen[{static_cast<int>(w.coll), w.peer}];
+    EXPECT_EQ(w.part, next++);
+    const bool intoRecv = w.coll == Coll::kRecv;
+    const char* base = intoRecv ? recv.data() + 4001 * w.peer : send.data() + 4001 * w.peer;
+    const char* at = static_cast<const char*>(intoRecv ? w.recvbuff : w.sendbuff);
+    EXPECT_EQ(static_cast<size_t>(at - base), covered) << "parts are consecutive";
+    EXPECT_EQ(covered % 16, 0u);
+    if (w.coll == Coll::kCopy) {
+      EXPECT_EQ(static_cast<char*>(w.recvbuff), recv.data() + 4001 * 1 + covered);
+    }
+    covered += w.count;
+  }
+  ASSERT_EQ(seen.size(), 5u);
+  for (const auto& [key, state] : seen) {
+    EXPECT_EQ(state.first, kP2pParts) << "collective " << key.first << ", peer " << key.second;
+    EXPECT_EQ(state.second, 4001u) << "collective " << key.first << ", peer " << key.second;
+  }
+}
+
 TEST(EncodeP2p, ProtocolFollowsTheSizeAndTheOverride) {
   ProtoMask both;
   EXPECT_EQ(chooseP2pProto(both, 64), Proto::kLl);
@@ -158,11 +205,15 @@ struct Group {
 // Runs groups one after another on every rank of a clique, each rank's launches on its own
 // thread, then checks every received byte. A watchdog aborts the clique if the ranks have not
 // finished in time (a schedule that deadlocks fails instead of hanging).
+// Transfers of at least 2 x partBytes run in parts, each on a link of its own.
 void runGroups(int nranks, const std::vector<Group>& groups, int threadsPerBlock,
-               const EmuGeometry& g = EmuGeometry(), const ProtoMask& protos = ProtoMask()) {
+               const EmuGeometry& g = EmuGeometry(), const ProtoMask& protos = ProtoMask(),
+               size_t partBytes = 4096) {
   EmuClique clique(nranks, g);
   DeviceShape shape = shapeOf(nranks);
   shape.protos = protos;
+  shape.p2pParts = g.p2pParts;
+  shape.p2pPartBytes = partBytes;
   struct Buffers {
     std::vector<unsigned char> send, recv;
   };
@@ -330,8 +381,9 @@ TEST(P2pOnHost, CommunicatorTransportsCarryTransfers) {
     for (size_t bytes : {size_t{1}, size_t{1000}, size_t{4096 * 5 + 3}, size_t{100000}})
       groups.push_back(allToAll(3, bytes));
     runGroups(3, groups, 2, g);
-    // Both protocols of every ordered pair went through the communicators' connectors.
-    EXPECT_EQ(links.supplied(), 3 * 2 * kNumProtos);
+    // Both protocols of every part of every ordered pair went through the communicators'
+    // connectors.
+    EXPECT_EQ(links.supplied(), 3 * 2 * kNumProtos * kP2pParts);
   }
 }
 
@@ -399,7 +451,7 @@ TEST(P2pOnHost, TransferWithoutALinkStopsAndFlagsTheError) {
   for (bool isSend : {true, false}) {
     EmuClique clique(2, EmuGeometry());
     Comm comm = *clique.comm(0);
-    std::vector<Channel> none(2);
+    std::vector<Channel> none(static_cast<size_t>(2 * comm.p2pParts));
     comm.peers = none.data();
     uint32_t error = 0;
     comm.errorFlag = &error;

@@ -247,7 +247,7 @@ TEST(EncodeLaunches, GroupsPackIntoLaunchesPerKernel) {
   const int32_t ring[2] = {0, 1};
   DeviceShape s = shapeOf(2, 2, ring);
   std::vector<DeviceCall> calls;
-  for (int i = 0; i < 11; ++i)
+  for (int i = 0; i < kMaxLaunchWorks + 3; ++i)
     calls.push_back(call(Collective::kAllReduce, DataType::kFloat32, RedKind::kSum, 10));
   calls.push_back(call(Collective::kAllGather, DataType::kFloat32, RedKind::kProd, 10));
   calls.push_back(call(Collective::kBroadcast, DataType::kFloat32, RedKind::kSum, 0));
@@ -255,8 +255,8 @@ TEST(EncodeLaunches, GroupsPackIntoLaunchesPerKernel) {
   calls.push_back(call(Collective::kAllReduce, DataType::kBfloat16, RedKind::kMax, 10));
   std::vector<Launch> launches;
   ASSERT_TRUE(encodeLaunches(s, nullptr, calls.data(), calls.size(), &launches).isOk());
-  // 8 sums, then 3 sums with the all-gather (Sum kernel); the empty broadcast is dropped; the
-  // two Max calls differ in type.
+  // A full launch of sums, then 3 sums with the all-gather (Sum kernel); the empty broadcast is
+  // dropped; the two Max calls differ in type.
   ASSERT_EQ(launches.size(), 4u);
   EXPECT_EQ(launches[0].nworks, kMaxLaunchWorks);
   EXPECT_EQ(launches[1].nworks, 4);
