@@ -63,8 +63,7 @@ class DirectPrims {
       for (size_t i = static_cast<size_t>(block_.tid); i < nlines;
            i += static_cast<size_t>(block_.nthreads)) {
         const size_t off = i * kLlDataBytes;
-        const uint32_t valid =
-            bytes - off < kLlDataBytes ? static_cast<uint32_t>(bytes - off) : kLlDataBytes;
+        const uint32_t valid = llValidBytes(bytes, off);
         llStore(lines + i, loadBytes8(src + off, valid), flag);
       }
       // Peers read LL lines, not the counter, but the release still orders this block's reads
@@ -84,8 +83,8 @@ class DirectPrims {
     if (block_.syncOr(stop)) return false;
     char* dst = buffer(rank_, DirectBuffer::kStaging);
     const size_t skipEnd = skip + skipLen < n ? skip + skipLen : n;
-    copyBytes<false>(dst, src, (skip < n ? skip : n) * sizeof(S));
-    copyBytes<false>(dst + skipEnd * sizeof(S), src + skipEnd * sizeof(S),
+    blockCopy<false>(block_, dst, src, (skip < n ? skip : n) * sizeof(S));
+    blockCopy<false>(block_, dst + skipEnd * sizeof(S), src + skipEnd * sizeof(S),
                      (n - skipEnd) * sizeof(S));
     return publish(kStaged);
   }
@@ -105,7 +104,7 @@ class DirectPrims {
     bool stop = false;
     if (block_.tid == 0) stop = !waitCounterAtLeast(comm_, block_, counter(peer, kReduced), seq_);
     if (block_.syncOr(stop)) return false;
-    copyBytes<true>(output_ + out * sizeof(S),
+    blockCopy<true>(block_, output_ + out * sizeof(S),
                     buffer(peer, DirectBuffer::kResult) + from * sizeof(S), n * sizeof(S));
     return true;
   }
@@ -132,29 +131,6 @@ class DirectPrims {
       storeRelease(counter(rank_, which), seq_);
     }
     return true;
-  }
-
-  // Bytes from src to dst by the block's threads, 16 at a time where both allow; kFromPeer:
-  // src is a peer's memory (read past the L1 cache).
-  template <bool kFromPeer>
-  CHORUS_HD void copyBytes(char* dst, const char* src, size_t bytes) {
-    size_t begin = 0;
-    if (aligned16(src) && aligned16(dst)) {
-      for (size_t i = static_cast<size_t>(block_.tid); i < bytes / 16;
-           i += static_cast<size_t>(block_.nthreads)) {
-        uint64_t w[2];
-        if (kFromPeer) {
-          loadPeer16(src + i * 16, w);
-        } else {
-          load16(src + i * 16, w);
-        }
-        store16(dst + i * 16, w);
-      }
-      begin = bytes / 16 * 16;
-    }
-    for (size_t i = begin + static_cast<size_t>(block_.tid); i < bytes;
-         i += static_cast<size_t>(block_.nthreads))
-      dst[i] = kFromPeer ? loadPeerElement(src + i) : src[i];
   }
 
   // Operand q (in rank order) of a step: q's staged chunk, or this rank's own input.
@@ -251,8 +227,7 @@ class DirectPrims {
     for (size_t i = static_cast<size_t>(block_.tid); i < nlines;
          i += static_cast<size_t>(block_.nthreads)) {
       const size_t off = i * kLlDataBytes;
-      const uint32_t valid =
-          bytes - off < kLlDataBytes ? static_cast<uint32_t>(bytes - off) : kLlDataBytes;
+      const uint32_t valid = llValidBytes(bytes, off);
       const uint32_t lanes = valid / static_cast<uint32_t>(sizeof(S));
       Pack8<S> acc, x;
       acc.word = 0;

@@ -161,22 +161,7 @@ CHORUS_HD bool runP2p(const Comm& comm, const Work& w, Block& b) {
   const char* in = static_cast<const char*>(w.sendbuff);
   char* out = static_cast<char*>(w.recvbuff);
   if (w.coll == Coll::kCopy) {
-    if (in == out) return true;
-    const uint64_t n = w.count;
-    uint64_t begin = 0;
-    if (aligned16(in) && aligned16(out)) {
-      const uint64_t packs = n / 16;
-      for (uint64_t i = static_cast<uint64_t>(b.tid); i < packs;
-           i += static_cast<uint64_t>(b.nthreads)) {
-        uint64_t v[2];
-        load16(in + i * 16, v);
-        store16(out + i * 16, v);
-      }
-      begin = packs * 16;
-    }
-    for (uint64_t i = begin + static_cast<uint64_t>(b.tid); i < n;
-         i += static_cast<uint64_t>(b.nthreads))
-      out[i] = in[i];
+    if (in != out) blockCopy<false>(b, out, in, w.count);
     return true;
   }
   // Only this transfer's direction: the other direction of the same link may run on another

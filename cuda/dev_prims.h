@@ -119,6 +119,34 @@ CHORUS_HD inline bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
 
+// Bytes of the LL line at byte offset off of a chunk of `bytes` bytes that carry data.
+CHORUS_HD inline uint32_t llValidBytes(size_t bytes, size_t off) {
+  return bytes - off < kLlDataBytes ? static_cast<uint32_t>(bytes - off) : kLlDataBytes;
+}
+
+// Bytes from src to dst by the threads of a block, 16 at a time where both allow; kFromPeer:
+// src is a peer's memory (read past the L1 cache).
+template <bool kFromPeer, class Block>
+CHORUS_HD void blockCopy(Block& b, char* dst, const char* src, size_t bytes) {
+  size_t begin = 0;
+  if (aligned16(src) && aligned16(dst)) {
+    for (size_t i = static_cast<size_t>(b.tid); i < bytes / 16;
+         i += static_cast<size_t>(b.nthreads)) {
+      uint64_t w[2];
+      if (kFromPeer) {
+        loadPeer16(src + i * 16, w);
+      } else {
+        load16(src + i * 16, w);
+      }
+      store16(dst + i * 16, w);
+    }
+    begin = bytes / 16 * 16;
+  }
+  for (size_t i = begin + static_cast<size_t>(b.tid); i < bytes;
+       i += static_cast<size_t>(b.nthreads))
+    dst[i] = kFromPeer ? loadPeerElement(src + i) : src[i];
+}
+
 // ---- Waiting for peers. ----
 
 CHORUS_HD inline bool commAborting(const Comm& comm) {
@@ -389,8 +417,7 @@ class RingPrims {
     for (size_t i = static_cast<size_t>(block_.tid); i < lines;
          i += static_cast<size_t>(block_.nthreads)) {
       const size_t off = i * kLlDataBytes;
-      const uint32_t valid =
-          bytes - off < kLlDataBytes ? static_cast<uint32_t>(bytes - off) : kLlDataBytes;
+      const uint32_t valid = llValidBytes(bytes, off);
       Pack8<S> a, b, r;
       a.word = 0;
       if (useRecv) {
