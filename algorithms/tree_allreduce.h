@@ -46,11 +46,16 @@ struct TreeAllReduceShape {
   size_t chunkElems;  // elements one FIFO slot holds
   int fifoSlots;      // slots of every tree FIFO (at least 2)
   int depth[2];       // this rank's depth in tree 0 and tree 1 (0: the root)
+  size_t align;       // tree 1's half starts on a multiple of this many elements (0, 1: anywhere)
 };
 
 template <class Prims>
 CHORUS_HOST_DEVICE bool treeAllReduce(Prims& p, const TreeAllReduceShape& s) {
-  const size_t firstHalf = s.count - s.count / 2;
+  size_t firstHalf = s.count - s.count / 2;
+  if (s.align > 1) {
+    firstHalf = (firstHalf + s.align - 1) / s.align * s.align;
+    if (firstHalf > s.count) firstHalf = s.count;
+  }
   const size_t begin[2] = {0, firstHalf};
   const size_t length[2] = {firstHalf, s.count - firstHalf};
   const size_t lagPerLevel = s.fifoSlots - 1 < 2 ? static_cast<size_t>(s.fifoSlots - 1) : 2;

@@ -326,7 +326,8 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
                                 prev, devicePathName(fromPrev.kind));
     RegionLayout linkLayout = layout;
     linkLayout.nchannels = kP2pParts;
-    CHORUS_TRY(connectPeers(s, ends, linkLayout, setup, &local));
+    treeChannels_ = std::min(nchannels_, kMaxTreeChannels);
+    CHORUS_TRY(connectPeers(s, ends, linkLayout, 2 * treeChannels_, setup, &local));
   } else {
     description_ = formatString("rank %d (GPU %d): alone", rank_, device_);
   }
@@ -365,6 +366,9 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
                  "cudaMemcpyAsync")) {
     host.peers = peersDev_;
     host.p2pParts = kP2pParts;
+    host.peerLinks = kP2pParts + 2 * treeChannels_;
+    host.treeChannels = treeChannels_;
+    for (int t = 0; t < kDevTrees; ++t) host.trees[t] = devTreeNode(n, rank_, t);
   }
   if (local.ok() &&
       local.cuda(cudaMalloc(reinterpret_cast<void**>(&commDev_), sizeof(Comm)), "cudaMalloc"))
@@ -378,6 +382,9 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
   shape_.ringRanks = ringRanks_.data();
   shape_.nranks = n;
   shape_.p2pParts = kP2pParts;
+  // The tree where every pair of tree neighbours is linked (a missing link refuses the
+  // point-to-point transfers on every rank alike, and the tree with them).
+  shape_.treeChannels = p2pRefusal_.empty() ? treeChannels_ : 0;
   if (proxy_ && proxy_->links() > 0) {
     proxy_->start();
     description_ += formatString("; %zu FIFOs through host memory", proxy_->links());

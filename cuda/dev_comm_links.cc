@@ -12,16 +12,28 @@ namespace cuda_comm {
 
 Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
                                     const std::vector<DeviceEndpoint>& ends,
-                                    const RegionLayout& layout, cudaStream_t setup,
-                                    SetupFailure* local) {
+                                    const RegionLayout& p2pLayout, int treeLinks,
+                                    cudaStream_t setup, SetupFailure* local) {
   const int n = s.nranks;
   const DeviceEndpoint& me = ends[static_cast<size_t>(rank_)];
   peerRecv_.assign(static_cast<size_t>(n), nullptr);
   peerSend_.assign(static_cast<size_t>(n), nullptr);
   peerSendIpc_.assign(static_cast<size_t>(n), false);
   noRecvLink_.assign(static_cast<size_t>(n), "");
-  // The links of each pair, one per part: the channels of `layout`.
-  const int parts = static_cast<int>(layout.nchannels);
+  // The links of each pair: one per part (the channels of p2pLayout), then for tree
+  // neighbours treeLinks more (the same layout with more channels).
+  const int parts = static_cast<int>(p2pLayout.nchannels) + treeLinks;
+  RegionLayout treeLayout = p2pLayout;
+  treeLayout.nchannels = static_cast<uint32_t>(parts);
+  std::vector<bool> tree(static_cast<size_t>(n), false);
+  for (int p = 0; p < n && treeLinks > 0; ++p)
+    tree[static_cast<size_t>(p)] = treeNeighbours(n, rank_, p);
+  auto layoutOf = [&](int p) -> const RegionLayout& {
+    return tree[static_cast<size_t>(p)] ? treeLayout : p2pLayout;
+  };
+  auto linked = [&](int p, int part) {
+    return part < static_cast<int>(p2pLayout.nchannels) || tree[static_cast<size_t>(p)];
+  };
   peersHost_.assign(static_cast<size_t>(n) * parts, Channel());
   peerRecvViaHost_.assign(static_cast<size_t>(n), MappedRegion());
   peerSendViaHost_.assign(static_cast<size_t>(n), MappedRegion());
@@ -41,6 +53,7 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
     if (p == rank_) continue;
     const DeviceEndpoint& peer = ends[static_cast<size_t>(p)];
     const DevicePath path = chooseDevicePath(*s.topo, peer, me, s.paths);
+    const RegionLayout& layout = layoutOf(p);
     P2pLinkInfo info{};
     if (!isP2p(path.kind) && s.connectHost) {
       viaHost.push_back(p);
@@ -85,6 +98,7 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
     CHORUS_TRY(s.bootstrap->recv(p, kTagDeviceP2p, &theirs, sizeof theirs));
     // A link the receiver refused is reported by the receiver (init's agreement).
     if (theirs.region.usable == 0 || !local->ok()) continue;
+    const RegionLayout& layout = layoutOf(p);
     if (!(theirs.region.layout == layout)) {
       local->note(invalidUsage(
           "rank %d: rank %d uses other device FIFO sizes (CHORUS_BUFFSIZE or CHORUS_STEPS differ "
@@ -114,11 +128,16 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
   }
   // The host connectors of those links, one per protocol each way, joined to the FIFOs by the
   // proxy (every rank takes part, whatever its own set-up did: the peers wait for it).
-  for (int part = 0; part < parts && !viaHost.empty(); ++part)
-    for (int q = 0; q < kNumProtos; ++q) {
+  for (int part = 0; part < parts && !viaHost.empty(); ++part) {
+    // Tree links only between tree neighbours (each pair lists each other alike).
+    std::vector<int> peers;
+    for (int p : viaHost)
+      if (linked(p, part)) peers.push_back(p);
+    for (int q = 0; q < kNumProtos && !peers.empty(); ++q) {
       HostLinks links;
-      CHORUS_TRY(s.connectHost(hostP2pChannel(part, q), viaHost, viaHost, &links));
-      for (int p : viaHost) {
+      CHORUS_TRY(s.connectHost(hostP2pChannel(part, q), peers, peers, &links));
+      for (int p : peers) {
+        const RegionLayout& layout = layoutOf(p);
         const MappedRegion& in = peerRecvViaHost_[static_cast<size_t>(p)];
         const MappedRegion& out = peerSendViaHost_[static_cast<size_t>(p)];
         if (!local->ok() || !in.valid() || !out.valid()) continue;
@@ -131,9 +150,11 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
                                         "receive " + what));
       }
     }
+  }
   for (int p = 0; p < n; ++p)
     for (int part = 0; part < parts; ++part)
-      for (int q = 0; q < kNumProtos && peerState_ != nullptr; ++q) {
+      for (int q = 0; q < kNumProtos && peerState_ != nullptr && linked(p, part); ++q) {
+        const RegionLayout& layout = layoutOf(p);
         const size_t at = static_cast<size_t>(p) * parts + part;
         uint64_t* steps = peerState_ + (at * kNumProtos + q) * 2;
         Channel& link = peersHost_[at];

@@ -9,6 +9,7 @@
 
 #include "cuda/dev_dispatch.h"
 #include "cuda/dev_kernel.h"
+#include "cuda/dev_plan.h"
 #include "transport/connector.h"
 #include "transport/device_proxy.h"
 
@@ -204,9 +205,11 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
     }
     comms_[static_cast<size_t>(rank)] = std::move(comm);
   }
-  // Point-to-point links between every pair, p2pParts each: rank r's FIFOs for its receives
-  // from s.
-  const int parts = std::max(1, g.p2pParts);
+  // Links between every pair, p2pParts for sends and receives, then two per tree channel:
+  // rank r's FIFOs for its receives from s.
+  if (g.treeChannels < 0 || g.treeChannels > std::min(kMaxTreeChannels, g.nchannels))
+    throw std::logic_error("tree channels must be in [0, min(kMaxTreeChannels, nchannels)]");
+  const int parts = std::max(1, g.p2pParts) + 2 * (nranks > 1 ? g.treeChannels : 0);
   for (int r = 0; r < nranks; ++r)
     for (int s = 0; s < nranks; ++s)
       for (int part = 0; part < parts; ++part) {
@@ -236,8 +239,14 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
         }
       }
     }
-    comms_[static_cast<size_t>(me)]->peers = links.data();
-    comms_[static_cast<size_t>(me)]->p2pParts = parts;
+    Comm& c = *comms_[static_cast<size_t>(me)];
+    c.peers = links.data();
+    c.p2pParts = std::max(1, g.p2pParts);
+    c.peerLinks = parts;
+    if (nranks > 1 && g.treeChannels > 0) {
+      c.treeChannels = g.treeChannels;
+      for (int t = 0; t < kDevTrees; ++t) c.trees[t] = devTreeNode(nranks, me, t);
+    }
   }
   if (g.directBytes > 0 && nranks > 1) {
     if (nranks > kMaxDirectRanks || g.directBytes % 256 != 0)

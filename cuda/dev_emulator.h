@@ -36,10 +36,13 @@ struct EmuGeometry {
   uint32_t directBytes = 0;
   // Links per pair of ranks for sends and receives (Comm::p2pParts).
   int p2pParts = kP2pParts;
+  // Channels of the tree all-reduce (Comm::treeChannels, at most kMaxTreeChannels): every pair
+  // gets two links more per channel (link p2pParts + 2 c + t).
+  int treeChannels = 0;
   // Where a proxied link's host connectors come from (in tests of a communicator's own
   // transports): the sending rank's connector to `receiver` and the receiving rank's from
-  // `sender`, for ring channel `channel` (-1 - part: part `part` of the point-to-point link)
-  // and protocol `proto`.
+  // `sender`, for ring channel `channel` (-1 - link: link `link` of the pair, point-to-point
+  // parts first, then tree links) and protocol `proto`.
   // Null, or false returned: a host FIFO the clique makes itself.
   std::function<bool(int sender, int receiver, int channel, int proto, SendConnector** send,
                      RecvConnector** recv)>

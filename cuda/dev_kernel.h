@@ -12,8 +12,10 @@
 #include "algorithms/ring_broadcast.h"
 #include "algorithms/ring_reduce.h"
 #include "algorithms/ring_reduce_scatter.h"
+#include "algorithms/tree_allreduce.h"
 #include "cuda/dev_direct.h"
 #include "cuda/dev_prims.h"
+#include "cuda/dev_tree.h"
 
 namespace chorus {
 namespace dev {
@@ -150,6 +152,33 @@ CHORUS_HD bool runDirect(const Comm& comm, const Work& w, int channel, Block& b)
   return directAllReduce(p, s);
 }
 
+// The tree all-reduce of this channel's slice over the channel's tree links.
+template <class F, RedKind K, Proto P, class Block>
+CHORUS_HD bool runTree(const Comm& comm, const Work& w, int channel, Block& b) {
+  using S = typename F::Store;
+  uint64_t begin, end;
+  channelSliceOf(w.count, sizeof(S), channel, w.nchannels, &begin, &end);
+  if (begin == end) return true;
+  TreePrims<F, K, P, Block> p(
+      comm, channel, static_cast<const char*>(w.sendbuff) + begin * sizeof(S),
+      static_cast<char*>(w.recvbuff) + begin * sizeof(S), workScalar<F>(w), b);
+  const size_t chunk = p.chunkElems();
+  bool ok = chunk > 0 && p.fifoSlots() >= 2;
+  if (!ok && b.tid == 0 && comm.errorFlag != nullptr)
+    *static_cast<volatile uint32_t*>(comm.errorFlag) = 1;  // no tree link: refused, not a hang
+  if (ok) {
+    // Tree 1's half starts on 16 bytes, so that both halves move in 16-byte packs.
+    TreeAllReduceShape s{end - begin,
+                         chunk,
+                         p.fifoSlots(),
+                         {comm.trees[0].depth, comm.trees[1].depth},
+                         sizeof(S) >= 16 ? 1 : 16 / sizeof(S)};
+    ok = treeAllReduce(p, s);
+  }
+  p.finish();
+  return ok;
+}
+
 // The kernel that point-to-point launches run on: bytes, no reduction.
 template <class F, RedKind K>
 constexpr bool kP2pKernel = K == RedKind::kSum&& std::is_same<F, NativeFormat<uint8_t>>::value;
@@ -166,7 +195,7 @@ CHORUS_HD bool runP2p(const Comm& comm, const Work& w, Block& b) {
   }
   // Only this transfer's direction: the other direction of the same link may run on another
   // block at the same time, and each block writes back the step of the FIFO end it moved.
-  const Channel& link = comm.peers[w.peer * comm.p2pParts + w.part];
+  const Channel& link = comm.peers[w.peer * comm.peerLinks + w.part];
   Channel one;
   if (w.coll == Coll::kSend) {
     one.send[static_cast<int>(P)] = link.send[static_cast<int>(P)];
@@ -220,7 +249,11 @@ CHORUS_HD void runChannel(const Launch& launch, int channel, Block& b) {
       continue;
     }
     bool ok;
-    if (w.algo != Algo::kRing && w.coll == Coll::kAllReduce && comm.directRanks == comm.nranks) {
+    const bool direct = w.algo == Algo::kOneShot || w.algo == Algo::kTwoShot;
+    if (w.algo == Algo::kTree && w.coll == Coll::kAllReduce && w.nchannels <= comm.treeChannels) {
+      ok = w.proto == Proto::kLl ? runTree<F, K, Proto::kLl>(comm, w, channel, b)
+                                 : runTree<F, K, Proto::kSimple>(comm, w, channel, b);
+    } else if (direct && w.coll == Coll::kAllReduce && comm.directRanks == comm.nranks) {
       // Two-shot publishes finished shares with counters: Simple only.
       ok = w.proto == Proto::kLl && w.algo == Algo::kOneShot
                ? runDirect<F, K, Proto::kLl>(comm, w, channel, b)

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <utility>
 
+#include "algorithms/double_binary_tree.h"
 #include "common/param.h"
 #include "cuda/dev_memory.h"
 
@@ -52,6 +53,8 @@ Algorithm algorithmOf(Algo a) {
       return Algorithm::kOneShot;
     case Algo::kTwoShot:
       return Algorithm::kTwoShot;
+    case Algo::kTree:
+      return Algorithm::kTree;
     default:
       return Algorithm::kRing;
   }
@@ -69,9 +72,35 @@ const char* algoName(Algo a) {
       return "oneshot";
     case Algo::kTwoShot:
       return "twoshot";
+    case Algo::kTree:
+      return "tree";
     default:
       return "ring";
   }
+}
+
+static_assert(kDevTrees == kNumTrees, "the device runs the host's two trees");
+
+DevTreeNode devTreeNode(int nranks, int rank, int tree) {
+  const TreeNode t = treeNode(nranks, rank, tree);
+  DevTreeNode d;
+  d.parent = t.parent;
+  d.children[0] = t.children[0];
+  d.children[1] = t.children[1];
+  d.nchildren = t.nchildren;
+  d.depth = t.depth;
+  return d;
+}
+
+bool treeNeighbours(int nranks, int a, int b) {
+  if (a == b) return false;
+  for (int t = 0; t < kNumTrees; ++t) {
+    const TreeNode n = treeNode(nranks, a, t);
+    if (n.parent == b) return true;
+    for (int c = 0; c < n.nchildren; ++c)
+      if (n.children[c] == b) return true;
+  }
+  return false;
 }
 
 Result<ProtoMask> parseProtoList(const std::string& value, const std::string& source) {
@@ -124,7 +153,7 @@ double predictDeviceUs(int nranks, Collective coll, Algo algo, Proto proto, int 
   const double n = nranks;
   const ProtoCost& c = kCost[static_cast<int>(proto)];
   const double channels = kChannelUs * (nchannels - 1);
-  if (algo != Algo::kRing && nranks > 1) {
+  if ((algo == Algo::kOneShot || algo == Algo::kTwoShot) && nranks > 1) {
     // Per sequence one exchange (one-shot) or two (two-shot), a sequence moving one buffer of
     // each channel; one-shot reads every rank's whole input, two-shot about twice its own.
     const double perChannel = static_cast<double>(bytes) / nchannels;
@@ -134,6 +163,13 @@ double predictDeviceUs(int nranks, Collective coll, Algo algo, Proto proto, int 
     const bool two = algo == Algo::kTwoShot;
     return sequences * (two ? 2 : 1) * c.stepUs +
            perChannel * (two ? 2 : n) / (c.channelGBps * 1e3) + channels;
+  }
+  if (algo == Algo::kTree && nranks > 1) {
+    // Up and down the tree's depth (at most floor(log2 n) edges) once each; each channel's
+    // block moves its slice up (children's partials in, the sum out) and down again.
+    const double depth = std::floor(std::log2(n));
+    return 2 * depth * c.stepUs +
+           2 * static_cast<double>(bytes) / nchannels / (c.channelGBps * 1e3) + channels;
   }
   // Ring steps per byte of the call, and the steps of the whole call.
   double steps = n - 1;
@@ -159,22 +195,26 @@ DeviceChoice chooseDevice(const DeviceShape& shape, Collective coll, size_t byte
   const int lo = std::max(1, std::min(shape.minChannels, hi));
   // The direct algorithms where the communicator has direct regions and the user allows them;
   // the ring where allowed, and whenever nothing else applies.
+  // The tree where the communicator has tree links, on at most as many channels.
   const bool direct = coll == Collective::kAllReduce && shape.nranks > 1 && shape.directBytes > 0;
+  const bool tree = coll == Collective::kAllReduce && shape.nranks > 1 && shape.treeChannels > 0;
+  auto applies = [&](Algo a) { return a == Algo::kRing || (a == Algo::kTree ? tree : direct); };
   bool any = false;
   for (int a = 0; a < kNumAlgos; ++a) {
     const Algo algo = static_cast<Algo>(a);
-    const bool applies = algo == Algo::kRing || direct;
-    any = any || (applies && shape.algos.allows(algorithmOf(algo)));
+    any = any || (applies(algo) && shape.algos.allows(algorithmOf(algo)));
   }
   for (int a = 0; a < kNumAlgos; ++a) {
     const Algo algo = static_cast<Algo>(a);
-    if (algo != Algo::kRing && !direct) continue;
+    if (!applies(algo)) continue;
     if (any ? !shape.algos.allows(algorithmOf(algo)) : algo != Algo::kRing) continue;
+    const int top = algo == Algo::kTree ? std::min(hi, shape.treeChannels) : hi;
+    const int bottom = std::min(lo, top);
     for (int p = 0; p < kNumProtos; ++p) {
       Proto proto = static_cast<Proto>(p);
       if (!shape.protos.allows(proto)) continue;
       if (algo == Algo::kTwoShot && proto == Proto::kLl) continue;  // Simple only
-      for (int ch = lo; ch <= hi; ++ch) {
+      for (int ch = bottom; ch <= top; ++ch) {
         double us = predictDeviceUs(shape.nranks, coll, algo, proto, ch, bytes, shape.directBytes);
         if (!found || us < best.us) {
           best = DeviceChoice{algo, proto, ch, us};

@@ -47,6 +47,17 @@ CHORUS_HD constexpr Step stepFor() {
   }
 }
 
+// One element step of a primitive: kCopy passes the peer's element on untouched (no decode).
+template <class F, Step kStep>
+CHORUS_HD typename F::Store applyOrCopy(typename F::Store peer, typename F::Store local,
+                                        typename F::Compute scalar, int nranks) {
+  if constexpr (kStep == Step::kCopy) {
+    return peer;
+  } else {
+    return applyStep<F, kStep>(peer, local, scalar, nranks);
+  }
+}
+
 // ---- Loads and stores of the data path. ----
 
 // 16 bytes as lanes of the storage type.
@@ -320,11 +331,7 @@ class RingPrims {
 
   template <Step kStep>
   CHORUS_HD S apply(S peer, S local) const {
-    if constexpr (kStep == Step::kCopy) {
-      return peer;
-    } else {
-      return applyStep<F, kStep>(peer, local, scalar_, comm_.nranks);
-    }
+    return applyOrCopy<F, kStep>(peer, local, scalar_, comm_.nranks);
   }
 
   // Simple: 16-byte packs when every pointer allows, then single elements. Each thread loads

@@ -25,15 +25,23 @@ constexpr int kMaxLaunchWorks = 2 * kP2pParts * kP2pDistancesPerLaunch;
 constexpr int kBlockThreads = 512;
 constexpr int kMinBlockThreads = 64;
 
-// How a collective's work moves its data: along the ring channels' FIFOs, or (all-reduce of
+// How a collective's work moves its data: along the ring channels' FIFOs, (all-reduce of
 // ranks that all reach each other's memory) through every rank's direct region
-// (algorithms/direct_allreduce.h, cuda/dev_direct.h).
+// (algorithms/direct_allreduce.h, cuda/dev_direct.h), or (all-reduce) up and down the double
+// binary tree (algorithms/tree_allreduce.h, cuda/dev_tree.h).
 enum class Algo : uint8_t {
   kRing = 0,
   kOneShot = 1,  // every rank stages its input and reduces all the staged inputs itself
   kTwoShot = 2,  // every rank reduces one share and copies the others' finished shares
+  kTree = 3,     // partial sums up two trees, the result down them
 };
-constexpr int kNumAlgos = 3;
+constexpr int kNumAlgos = 4;
+
+// The tree all-reduce runs on at most this many channels; each has links of its own to the
+// rank's parent and children in both trees (two links per channel for each pair of tree
+// neighbours, after the pair's point-to-point links).
+constexpr int kMaxTreeChannels = 2;
+constexpr int kDevTrees = 2;
 
 enum class Proto : uint8_t {
   kLl = 0,      // 16-byte lines of 8 data bytes and two flags: no separate flag wait
@@ -106,6 +114,14 @@ CHORUS_HD inline uint64_t directChannelBytes(uint32_t bufferBytes) {
   return kDirectHeaderBytes + static_cast<uint64_t>(kDirectBuffers) * bufferBytes;
 }
 
+// A rank's place in one of the two trees (algorithms/double_binary_tree.h), by rank.
+struct DevTreeNode {
+  int32_t parent = -1;  // -1: the root
+  int32_t children[2] = {-1, -1};
+  int32_t nchildren = 0;
+  int32_t depth = 0;
+};
+
 // The communicator as its kernels see it; lives in memory the device reads.
 struct Comm {
   int32_t rank = 0;
@@ -116,11 +132,17 @@ struct Comm {
   uint64_t* barrier = nullptr;         // grid barrier between the works of a launch (only grows)
   const volatile uint32_t* abortFlag = nullptr;  // set by the host: stop waiting
   uint32_t* errorFlag = nullptr;  // set by a kernel that gave up (abort); read by the host
-  // By rank and part (rank * p2pParts + part): send[] the FIFOs into that rank's memory for
+  // By rank and link (rank * peerLinks + link): send[] the FIFOs into that rank's memory for
   // this rank's sends to it, recv[] this rank's FIFOs for its receives from it (null slots
-  // where no link exists).
+  // where no link exists). Links [0, p2pParts) carry sends and receives; tree neighbours have
+  // 2 treeChannels more, link p2pParts + 2 c + t for channel c of tree t.
   const Channel* peers = nullptr;
   int32_t p2pParts = 1;
+  int32_t peerLinks = 1;
+  // Channels of the tree all-reduce (0: no tree links, only the other algorithms run), and
+  // this rank's node in each tree.
+  int32_t treeChannels = 0;
+  DevTreeNode trees[kDevTrees];
   // Ranks of the direct regions (nranks when every rank reaches every other's memory and
   // direct all-reduce is on, else 0: only ring works).
   int32_t directRanks = 0;

@@ -15,6 +15,7 @@
 #include "cuda/dev_emulator.h"
 #include "device/comm_host_links.h"
 #include "cuda/dev_memory.h"
+#include "cuda/dev_plan.h"
 #include "exec/reduce.h"
 #include "multirank/reference.h"
 
@@ -366,22 +367,28 @@ TEST(KernelOnHost, FusedLaunchesAndStepsAcrossLaunches) {
 
 // A rank whose peer never launches waits until the communicator is aborted, then stops and
 // flags the error for the host.
+// Runs one all-reduce of `rank` alone on a clique of nranks (its peers never launch) after
+// the clique was aborted; true when the launch returned and flagged the error for the host.
+bool stopsOnAbort(const EmuGeometry& g, int nranks, int rank, Algo algo, Proto proto,
+                  int nchannels) {
+  EmuClique clique(nranks, g);
+  std::vector<float> in(4096, 1.0f), out(4096, 0.0f);
+  Launch l;
+  l.comm = clique.comm(rank);
+  l.nworks = 1;
+  l.works[0].count = in.size();
+  l.works[0].sendbuff = in.data();
+  l.works[0].recvbuff = out.data();
+  l.works[0].proto = proto;
+  l.works[0].algo = algo;
+  l.works[0].nchannels = static_cast<int16_t>(nchannels);
+  clique.abort();
+  return emuRunLaunch(l, 2) && clique.comm(rank)->errorFlag[0] == 1u;
+}
+
 TEST(KernelOnHost, AbortStopsAWaitingRank) {
-  for (Proto p : {Proto::kLl, Proto::kSimple}) {
-    EmuClique clique(2, EmuGeometry());
-    std::vector<float> in(4096, 1.0f), out(4096, 0.0f);
-    Launch l;
-    l.comm = clique.comm(0);
-    l.nworks = 1;
-    l.works[0].count = in.size();
-    l.works[0].sendbuff = in.data();
-    l.works[0].recvbuff = out.data();
-    l.works[0].proto = p;
-    l.works[0].nchannels = 2;
-    clique.abort();
-    ASSERT_TRUE(emuRunLaunch(l, 2));
-    EXPECT_EQ(clique.comm(0)->errorFlag[0], 1u);
-  }
+  for (Proto p : {Proto::kLl, Proto::kSimple})
+    EXPECT_TRUE(stopsOnAbort(EmuGeometry(), 2, 0, Algo::kRing, p, 2)) << protoName(p);
 }
 
 // ---- The direct all-reduce (cuda/dev_direct.h) through direct regions in host memory. ----
@@ -457,25 +464,118 @@ TEST(KernelOnHost, DirectAndRingWorksShareLaunches) {
 // A rank whose peers never stage waits in the direct all-reduce until the communicator is
 // aborted, then stops and flags the error for the host.
 TEST(KernelOnHost, AbortStopsARankWaitingInDirectAllReduce) {
+  EmuGeometry g;
+  g.directBytes = 1024;
   for (Algo a : {Algo::kOneShot, Algo::kTwoShot})
-    for (Proto p : {Proto::kLl, Proto::kSimple}) {
-      EmuGeometry g;
-      g.directBytes = 1024;
-      EmuClique clique(3, g);
-      std::vector<float> in(4096, 1.0f), out(4096, 0.0f);
-      Launch l;
-      l.comm = clique.comm(1);
-      l.nworks = 1;
-      l.works[0].count = in.size();
-      l.works[0].sendbuff = in.data();
-      l.works[0].recvbuff = out.data();
-      l.works[0].proto = p;
-      l.works[0].algo = a;
-      l.works[0].nchannels = 2;
-      clique.abort();
-      ASSERT_TRUE(emuRunLaunch(l, 2));
-      EXPECT_EQ(clique.comm(1)->errorFlag[0], 1u);
+    for (Proto p : {Proto::kLl, Proto::kSimple})
+      EXPECT_TRUE(stopsOnAbort(g, 3, 1, a, p, 2)) << algoName(a) << ", " << protoName(p);
+}
+
+// ---- The tree all-reduce (cuda/dev_tree.h) over the tree links of every pair. ----
+
+class TreeOnHost : public ::testing::TestWithParam<std::tuple<int, Proto>> {};
+
+// Every type and reduction on 2-8 ranks (trees of depth 1-3, interior ranks with one and two
+// children); counts within a chunk, across many chunks and FIFO wraps (slots of 1 KiB and 4 KiB,
+// 4 of them), not a multiple of a line, and with tree 1's half starting on 16 bytes.
+TEST_P(TreeOnHost, EveryTypeAndOp) {
+  const int nranks = std::get<0>(GetParam());
+  const Proto proto = std::get<1>(GetParam());
+  std::vector<Call> calls;
+  for (ncclDataType_t t : kAllTypes)
+    for (int op = 0; op < ref::kNumTestOps; ++op)
+      for (size_t count : {size_t{1}, size_t{37}, size_t{3001}}) {
+        Call c{Coll::kAllReduce, t, static_cast<ref::Op>(op), count, proto, 2};
+        c.algo = Algo::kTree;
+        calls.push_back(c);
+      }
+  EmuGeometry g;
+  g.treeChannels = 2;
+  runCalls(nranks, calls, /*fused=*/false, /*threadsPerBlock=*/1, g);
+}
+
+INSTANTIATE_TEST_SUITE_P(RanksAndProtocols, TreeOnHost,
+                         ::testing::Combine(::testing::Values(2, 3, 5, 8),
+                                            ::testing::Values(Proto::kLl, Proto::kSimple)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, Proto>>& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" +
+                                  (std::get<1>(info.param) == Proto::kLl ? "LL" : "Simple");
+                         });
+
+// Tree, ring and direct works mixed in one launch and across launches, one and two tree
+// channels, in place, with a device scalar and several threads per block: every tree FIFO's
+// step carries over from launch to launch, whatever ran between.
+TEST(KernelOnHost, TreeRingAndDirectWorksShareLaunches) {
+  std::vector<Call> calls;
+  const Algo algos[] = {Algo::kTree, Algo::kRing, Algo::kTree, Algo::kOneShot};
+  for (int i = 0; i < 16; ++i) {
+    Call c{Coll::kAllReduce,
+           ncclFloat32,
+           ref::kPreMulSum,
+           static_cast<size_t>(1 + 1409 * i),
+           i % 3 == 0 ? Proto::kLl : Proto::kSimple,
+           1 + i % 2};
+    c.algo = algos[i % 4];
+    c.inPlace = i % 5 == 2;
+    c.deviceScalar = i % 2 == 0;
+    calls.push_back(c);
+  }
+  EmuGeometry g;
+  g.nchannels = 3;
+  g.treeChannels = 2;
+  g.directBytes = 512;
+  runCalls(6, calls, /*fused=*/true, 3, g);
+  runCalls(4, calls, /*fused=*/false, 2, g);
+}
+
+// Tree links through host memory and proxies (pairs without a P2P path): the emulator's own
+// host FIFOs, then a host communicator's connectors over shared memory and over TCP.
+TEST(KernelOnHost, ProxiedTreeLinksCarryTheTree) {
+  std::vector<Call> calls;
+  for (Proto p : {Proto::kLl, Proto::kSimple})
+    for (size_t count : {size_t{1}, size_t{3001}, size_t{40000}}) {
+      Call c{Coll::kAllReduce, ncclFloat32, ref::kSum, count, p, 2};
+      c.algo = Algo::kTree;
+      calls.push_back(c);
+      c.type = ncclBfloat16;
+      c.op = ref::kAvg;
+      calls.push_back(c);
     }
+  EmuGeometry g;
+  g.proxied = true;
+  g.treeChannels = 2;
+  runCalls(5, calls, /*fused=*/false, 2, g);
+  constexpr int kRanks = 3;
+  for (bool tcp : {false, true}) {
+    SCOPED_TRACE(tcp ? "TCP" : "shared memory");
+    CommHostLinks links(kRanks, tcp, g.nchannels, /*p2p=*/false, 2 * g.treeChannels);
+    ASSERT_EQ(links.error(), "");
+    g.hostLinks = [&links](int sender, int receiver, int channel, int proto, SendConnector** send,
+                           RecvConnector** recv) {
+      return links.link(sender, receiver, channel, proto, send, recv);
+    };
+    runCalls(kRanks, calls, /*fused=*/false, 2, g);
+    // Every ring link and every tree link went through the communicators' connectors.
+    EXPECT_EQ(links.supplied(), kRanks * g.nchannels * kNumProtos +
+                                    kRanks * (kRanks - 1) * 2 * g.treeChannels * kNumProtos);
+  }
+}
+
+// A rank whose tree neighbours never come waits until the communicator is aborted, then stops
+// and flags the error for the host; a communicator without tree links runs such a work on the
+// ring rather than wait on links it does not have.
+TEST(KernelOnHost, AbortStopsARankWaitingInTreeAllReduce) {
+  EmuGeometry g;
+  g.treeChannels = 1;
+  for (Proto p : {Proto::kLl, Proto::kSimple})
+    EXPECT_TRUE(stopsOnAbort(g, 4, 1, Algo::kTree, p, 1)) << protoName(p);
+  std::vector<Call> calls;
+  for (Proto p : {Proto::kLl, Proto::kSimple}) {
+    Call c{Coll::kAllReduce, ncclInt32, ref::kSum, 5000, p, 2};
+    c.algo = Algo::kTree;
+    calls.push_back(c);
+  }
+  runCalls(3, calls, /*fused=*/false, 1);  // treeChannels 0: the ring
 }
 
 TEST(KernelOnHost, UnknownKernelKeyIsRefused) {

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/double_binary_tree.h"
 #include "cuda/dev_emulator.h"
 #include "cuda/dev_plan.h"
 #include "multirank/reference.h"
@@ -131,6 +132,7 @@ TEST(DeviceChoice, DirectAllReduceForSmallCallsWhenRegionsExist) {
       for (int p = 0; p < kNumProtos; ++p)
         for (int ch = 1; ch <= 8; ++ch) {
           if (a == static_cast<int>(Algo::kTwoShot) && p == static_cast<int>(Proto::kLl)) continue;
+          if (a == static_cast<int>(Algo::kTree)) continue;  // no tree links in this shape
           EXPECT_LE(c.us, predictDeviceUs(4, Collective::kAllReduce, static_cast<Algo>(a),
                                           static_cast<Proto>(p), ch, bytes, s.directBytes) +
                               1e-9)
@@ -140,6 +142,78 @@ TEST(DeviceChoice, DirectAllReduceForSmallCallsWhenRegionsExist) {
   // No regions (a pair without P2P, more than 8 ranks, CHORUS_DEVICE_DIRECT_BUFFSIZE=0): ring.
   s.directBytes = 0;
   EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 8).algo, Algo::kRing);
+}
+
+// With tree links, all-reduce weighs the tree (2 log2 n steps, on at most the tree channels)
+// against the ring (2 (n - 1) steps): the tree for small calls on many ranks, the ring for
+// large ones and for 2 ranks, whose tree is no shorter than the ring.
+TEST(DeviceChoice, TreeAllReduceForSmallCallsOnManyRanks) {
+  std::vector<int32_t> ring(16);
+  for (int i = 0; i < 16; ++i) ring[static_cast<size_t>(i)] = i;
+  DeviceShape s = shapeOf(16, 8, ring.data());
+  s.treeChannels = 2;
+  const DeviceChoice small = chooseDevice(s, Collective::kAllReduce, 8);
+  EXPECT_EQ(small.algo, Algo::kTree);
+  EXPECT_EQ(small.proto, Proto::kLl);
+  EXPECT_LE(small.nchannels, 2);
+  EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 256u << 20).algo, Algo::kRing);
+  EXPECT_EQ(chooseDevice(s, Collective::kAllGather, 8).algo, Algo::kRing);
+  for (size_t bytes : {size_t{8}, size_t{1} << 14, size_t{1} << 20, size_t{1} << 26}) {
+    const DeviceChoice c = chooseDevice(s, Collective::kAllReduce, bytes);
+    EXPECT_TRUE(c.algo == Algo::kTree || c.algo == Algo::kRing) << "no direct regions";
+    if (c.algo == Algo::kTree) EXPECT_LE(c.nchannels, s.treeChannels);
+    for (int p = 0; p < kNumProtos; ++p) {
+      for (int ch = 1; ch <= 8; ++ch)
+        EXPECT_LE(c.us, predictDeviceUs(16, Collective::kAllReduce, Algo::kRing,
+                                        static_cast<Proto>(p), ch, bytes) +
+                            1e-9);
+      for (int ch = 1; ch <= s.treeChannels; ++ch)
+        EXPECT_LE(c.us, predictDeviceUs(16, Collective::kAllReduce, Algo::kTree,
+                                        static_cast<Proto>(p), ch, bytes) +
+                            1e-9);
+    }
+  }
+  // NCCL_ALGO=tree runs the tree at every size, on the tree channels only.
+  s.algos = parseAlgorithmList("tree", "NCCL_ALGO=tree").value();
+  const DeviceChoice forced = chooseDevice(s, Collective::kAllReduce, 256u << 20);
+  EXPECT_EQ(forced.algo, Algo::kTree);
+  EXPECT_LE(forced.nchannels, 2);
+  s.minChannels = 4;  // more than the tree has: the tree's channels still
+  EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 8).nchannels, 2);
+  // Two ranks: the tree is one edge up and down, as long as the ring.
+  const int32_t two[2] = {0, 1};
+  DeviceShape pair = shapeOf(2, 8, two);
+  pair.treeChannels = 2;
+  for (size_t bytes : {size_t{8}, size_t{1} << 20})
+    EXPECT_EQ(chooseDevice(pair, Collective::kAllReduce, bytes).algo, Algo::kRing);
+}
+
+// The tree nodes the kernels get are the host's double binary trees, and tree neighbours are
+// exactly the pairs linked in either tree.
+TEST(DeviceTrees, NodesAndNeighboursFollowTheDoubleBinaryTree) {
+  for (int n : {2, 3, 5, 8, 13}) {
+    int edges = 0;
+    for (int r = 0; r < n; ++r)
+      for (int t = 0; t < kDevTrees; ++t) {
+        const DevTreeNode d = devTreeNode(n, r, t);
+        const TreeNode h = treeNode(n, r, t);
+        EXPECT_EQ(d.parent, h.parent);
+        EXPECT_EQ(d.nchildren, h.nchildren);
+        EXPECT_EQ(d.depth, h.depth);
+        for (int c = 0; c < h.nchildren; ++c) EXPECT_EQ(d.children[c], h.children[c]);
+        if (d.parent >= 0) {
+          EXPECT_TRUE(treeNeighbours(n, r, d.parent));
+          EXPECT_TRUE(treeNeighbours(n, d.parent, r));
+          ++edges;
+        }
+      }
+    EXPECT_EQ(edges, 2 * (n - 1)) << n << " ranks: each tree has n - 1 edges";
+    int pairs = 0;
+    for (int a = 0; a < n; ++a)
+      for (int b = 0; b < n; ++b) pairs += treeNeighbours(n, a, b) ? 1 : 0;
+    EXPECT_LE(pairs, 2 * edges);
+    EXPECT_FALSE(treeNeighbours(n, 0, 0));
+  }
 }
 
 TEST(DeviceChoice, AlgorithmOverrideOnTheDevice) {
@@ -158,7 +232,7 @@ TEST(DeviceChoice, AlgorithmOverrideOnTheDevice) {
   s.protos = ProtoMask();
   s.algos = parseAlgorithmList("oneshot", "CHORUS_ALGO=oneshot").value();
   EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 1u << 28).algo, Algo::kOneShot);
-  // Nothing allowed applies on the device (tree; or direct without regions): the ring runs.
+  // Nothing allowed applies (the tree without tree links; direct without regions): the ring.
   s.algos = parseAlgorithmList("tree", "NCCL_ALGO=tree").value();
   EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 8).algo, Algo::kRing);
   s.algos = parseAlgorithmList("direct", "CHORUS_ALGO=direct").value();
