@@ -327,7 +327,8 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
     RegionLayout linkLayout = layout;
     linkLayout.nchannels = kP2pParts;
     treeChannels_ = std::min(nchannels_, kMaxTreeChannels);
-    CHORUS_TRY(connectPeers(s, ends, linkLayout, 2 * treeChannels_, setup, &local));
+    rdChannels_ = n <= kMaxRdRanks ? std::min(nchannels_, kMaxRdChannels) : 0;
+    CHORUS_TRY(connectPeers(s, ends, linkLayout, treeChannels_, rdChannels_, setup, &local));
   } else {
     description_ = formatString("rank %d (GPU %d): alone", rank_, device_);
   }
@@ -366,9 +367,10 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
                  "cudaMemcpyAsync")) {
     host.peers = peersDev_;
     host.p2pParts = kP2pParts;
-    host.peerLinks = kP2pParts + 2 * treeChannels_;
+    host.peerLinks = kP2pParts + 2 * treeChannels_ + rdChannels_;
     host.treeChannels = treeChannels_;
     for (int t = 0; t < kDevTrees; ++t) host.trees[t] = devTreeNode(n, rank_, t);
+    host.rdChannels = rdChannels_;
   }
   if (local.ok() &&
       local.cuda(cudaMalloc(reinterpret_cast<void**>(&commDev_), sizeof(Comm)), "cudaMalloc"))
@@ -382,9 +384,10 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
   shape_.ringRanks = ringRanks_.data();
   shape_.nranks = n;
   shape_.p2pParts = kP2pParts;
-  // The tree where every pair of tree neighbours is linked (a missing link refuses the
-  // point-to-point transfers on every rank alike, and the tree with them).
+  // The tree and recursive doubling where every pair they use is linked (a missing link
+  // refuses the point-to-point transfers on every rank alike, and these with them).
   shape_.treeChannels = p2pRefusal_.empty() ? treeChannels_ : 0;
+  shape_.rdChannels = p2pRefusal_.empty() ? rdChannels_ : 0;
   if (proxy_ && proxy_->links() > 0) {
     proxy_->start();
     description_ += formatString("; %zu FIFOs through host memory", proxy_->links());

@@ -39,10 +39,12 @@ struct HostLinks {
   std::vector<RecvConnector*> recv;
 };
 
-// Host device channels: ring channel c with protocol p is 2c + p; link `part` of a pair
-// (the point-to-point parts, then the tree links) with protocol p is kHostP2pChannel + 2 part + p.
+// Host device channels: ring channel c with protocol p is 2c + p; link `part` of a pair (the
+// point-to-point parts, the tree links, the recursive-doubling links) with protocol p is
+// kHostP2pChannel + 2 part + p.
 constexpr int kHostP2pChannel = 2 * kMaxChannels;
-constexpr int kHostChannels = kHostP2pChannel + (kP2pParts + 2 * kMaxTreeChannels) * kNumProtos;
+constexpr int kHostChannels =
+    kHostP2pChannel + (kP2pParts + 2 * kMaxTreeChannels + kMaxRdChannels) * kNumProtos;
 static_assert(kNumProtos == 2, "host ring channels are numbered 2c + p");
 inline int hostRingChannel(int channel, int proto) {
   return 2 * channel + proto;

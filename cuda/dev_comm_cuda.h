@@ -205,11 +205,12 @@ class CudaDeviceComm final : public DeviceComm {
 
  private:
   void release();
-  // The point-to-point links to every other rank, p2pLayout's channels each, and treeLinks
-  // more to each tree neighbour; fills peersHost_ (peers by rank, parts + treeLinks each).
+  // The point-to-point links to every other rank, p2pLayout's channels each, and to each tree
+  // neighbour and recursive-doubling partner 2 treeChannels + rdChannels more; fills
+  // peersHost_ (by rank, that many links each).
   Status connectPeers(const DeviceCommSetup& s, const std::vector<DeviceEndpoint>& ends,
-                      const RegionLayout& p2pLayout, int treeLinks, cudaStream_t setup,
-                      SetupFailure* local);
+                      const RegionLayout& p2pLayout, int treeChannels, int rdChannels,
+                      cudaStream_t setup, SetupFailure* local);
   // The direct all-reduce's regions: this rank's, and every peer's mapped, into host->direct
   // (and shape_.directBytes) when every rank reaches every other; else none, and all-reduce
   // runs on the ring. Collective; not being able to set them up is no failure of init.
@@ -265,6 +266,7 @@ class CudaDeviceComm final : public DeviceComm {
   int device_ = -1;
   int nchannels_ = 1;
   int treeChannels_ = 0;  // channels with tree links
+  int rdChannels_ = 0;    // channels with recursive-doubling links
   int nthreads_ = 512;    // threads of each block
   bool sharesGpuInProcess_ = false;
   DeviceShape shape_;

@@ -12,7 +12,7 @@ namespace cuda_comm {
 
 Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
                                     const std::vector<DeviceEndpoint>& ends,
-                                    const RegionLayout& p2pLayout, int treeLinks,
+                                    const RegionLayout& p2pLayout, int treeChannels, int rdChannels,
                                     cudaStream_t setup, SetupFailure* local) {
   const int n = s.nranks;
   const DeviceEndpoint& me = ends[static_cast<size_t>(rank_)];
@@ -20,19 +20,22 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
   peerSend_.assign(static_cast<size_t>(n), nullptr);
   peerSendIpc_.assign(static_cast<size_t>(n), false);
   noRecvLink_.assign(static_cast<size_t>(n), "");
-  // The links of each pair: one per part (the channels of p2pLayout), then for tree
-  // neighbours treeLinks more (the same layout with more channels).
-  const int parts = static_cast<int>(p2pLayout.nchannels) + treeLinks;
-  RegionLayout treeLayout = p2pLayout;
-  treeLayout.nchannels = static_cast<uint32_t>(parts);
-  std::vector<bool> tree(static_cast<size_t>(n), false);
-  for (int p = 0; p < n && treeLinks > 0; ++p)
-    tree[static_cast<size_t>(p)] = treeNeighbours(n, rank_, p);
+  // The links of each pair: one per part (the channels of p2pLayout), then for the pairs
+  // whose ranks are tree neighbours or recursive-doubling partners the tree links and the
+  // recursive-doubling links (the same layout with more channels; a pair that is only one of
+  // the two leaves the other's unused).
+  const int parts = static_cast<int>(p2pLayout.nchannels) + 2 * treeChannels + rdChannels;
+  RegionLayout extraLayout = p2pLayout;
+  extraLayout.nchannels = static_cast<uint32_t>(parts);
+  std::vector<bool> extra(static_cast<size_t>(n), false);
+  for (int p = 0; p < n; ++p)
+    extra[static_cast<size_t>(p)] = (treeChannels > 0 && treeNeighbours(n, rank_, p)) ||
+                                    (rdChannels > 0 && rdPartners(n, rank_, p));
   auto layoutOf = [&](int p) -> const RegionLayout& {
-    return tree[static_cast<size_t>(p)] ? treeLayout : p2pLayout;
+    return extra[static_cast<size_t>(p)] ? extraLayout : p2pLayout;
   };
   auto linked = [&](int p, int part) {
-    return part < static_cast<int>(p2pLayout.nchannels) || tree[static_cast<size_t>(p)];
+    return part < static_cast<int>(p2pLayout.nchannels) || extra[static_cast<size_t>(p)];
   };
   peersHost_.assign(static_cast<size_t>(n) * parts, Channel());
   peerRecvViaHost_.assign(static_cast<size_t>(n), MappedRegion());
@@ -129,7 +132,7 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
   // The host connectors of those links, one per protocol each way, joined to the FIFOs by the
   // proxy (every rank takes part, whatever its own set-up did: the peers wait for it).
   for (int part = 0; part < parts && !viaHost.empty(); ++part) {
-    // Tree links only between tree neighbours (each pair lists each other alike).
+    // Tree and recursive-doubling links only where the pair has them (both list each other).
     std::vector<int> peers;
     for (int p : viaHost)
       if (linked(p, part)) peers.push_back(p);

@@ -205,11 +205,12 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
     }
     comms_[static_cast<size_t>(rank)] = std::move(comm);
   }
-  // Links between every pair, p2pParts for sends and receives, then two per tree channel:
-  // rank r's FIFOs for its receives from s.
-  if (g.treeChannels < 0 || g.treeChannels > std::min(kMaxTreeChannels, g.nchannels))
-    throw std::logic_error("tree channels must be in [0, min(kMaxTreeChannels, nchannels)]");
-  const int parts = std::max(1, g.p2pParts) + 2 * (nranks > 1 ? g.treeChannels : 0);
+  // Links between every pair, p2pParts for sends and receives, then two per tree channel and
+  // one per recursive-doubling channel: rank r's FIFOs for its receives from s.
+  if (g.treeChannels < 0 || g.treeChannels > std::min(kMaxTreeChannels, g.nchannels) ||
+      g.rdChannels < 0 || g.rdChannels > std::min(kMaxRdChannels, g.nchannels))
+    throw std::logic_error("tree and recursive-doubling channels must be in [0, nchannels]");
+  const int parts = std::max(1, g.p2pParts) + (nranks > 1 ? 2 * g.treeChannels + g.rdChannels : 0);
   for (int r = 0; r < nranks; ++r)
     for (int s = 0; s < nranks; ++s)
       for (int part = 0; part < parts; ++part) {
@@ -243,9 +244,11 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
     c.peers = links.data();
     c.p2pParts = std::max(1, g.p2pParts);
     c.peerLinks = parts;
-    if (nranks > 1 && g.treeChannels > 0) {
+    if (nranks > 1) {
       c.treeChannels = g.treeChannels;
-      for (int t = 0; t < kDevTrees; ++t) c.trees[t] = devTreeNode(nranks, me, t);
+      for (int t = 0; t < kDevTrees && g.treeChannels > 0; ++t)
+        c.trees[t] = devTreeNode(nranks, me, t);
+      c.rdChannels = g.rdChannels;
     }
   }
   if (g.directBytes > 0 && nranks > 1) {

@@ -39,6 +39,9 @@ struct EmuGeometry {
   // Channels of the tree all-reduce (Comm::treeChannels, at most kMaxTreeChannels): every pair
   // gets two links more per channel (link p2pParts + 2 c + t).
   int treeChannels = 0;
+  // Channels of recursive doubling (Comm::rdChannels, at most kMaxRdChannels): one link more
+  // per channel for every pair, after the tree links.
+  int rdChannels = 0;
   // Where a proxied link's host connectors come from (in tests of a communicator's own
   // transports): the sending rank's connector to `receiver` and the receiving rank's from
   // `sender`, for ring channel `channel` (-1 - link: link `link` of the pair, point-to-point

@@ -12,9 +12,11 @@
 #include "algorithms/ring_broadcast.h"
 #include "algorithms/ring_reduce.h"
 #include "algorithms/ring_reduce_scatter.h"
+#include "algorithms/rd_allreduce.h"
 #include "algorithms/tree_allreduce.h"
 #include "cuda/dev_direct.h"
 #include "cuda/dev_prims.h"
+#include "cuda/dev_rd.h"
 #include "cuda/dev_tree.h"
 
 namespace chorus {
@@ -179,6 +181,28 @@ CHORUS_HD bool runTree(const Comm& comm, const Work& w, int channel, Block& b) {
   return ok;
 }
 
+// Recursive doubling of this channel's slice over the channel's links between partners.
+template <class F, RedKind K, Proto P, class Block>
+CHORUS_HD bool runRd(const Comm& comm, const Work& w, int channel, Block& b) {
+  using S = typename F::Store;
+  uint64_t begin, end;
+  channelSliceOf(w.count, sizeof(S), channel, w.nchannels, &begin, &end);
+  if (begin == end) return true;
+  RdPrims<F, K, P, Block> p(comm, channel, static_cast<const char*>(w.sendbuff) + begin * sizeof(S),
+                            static_cast<char*>(w.recvbuff) + begin * sizeof(S), end - begin,
+                            workScalar<F>(w), b);
+  const size_t chunk = p.chunkElems();
+  bool ok = chunk > 0;
+  if (!ok && b.tid == 0 && comm.errorFlag != nullptr)
+    *static_cast<volatile uint32_t*>(comm.errorFlag) = 1;  // no partner link: refused
+  if (ok) {
+    RdAllReduceShape s{end - begin, chunk, comm.nranks, comm.rank};
+    ok = rdAllReduce(p, s);
+  }
+  p.finish();
+  return ok;
+}
+
 // The kernel that point-to-point launches run on: bytes, no reduction.
 template <class F, RedKind K>
 constexpr bool kP2pKernel = K == RedKind::kSum&& std::is_same<F, NativeFormat<uint8_t>>::value;
@@ -253,6 +277,10 @@ CHORUS_HD void runChannel(const Launch& launch, int channel, Block& b) {
     if (w.algo == Algo::kTree && w.coll == Coll::kAllReduce && w.nchannels <= comm.treeChannels) {
       ok = w.proto == Proto::kLl ? runTree<F, K, Proto::kLl>(comm, w, channel, b)
                                  : runTree<F, K, Proto::kSimple>(comm, w, channel, b);
+    } else if (w.algo == Algo::kRd && w.coll == Coll::kAllReduce &&
+               w.nchannels <= comm.rdChannels) {
+      ok = w.proto == Proto::kLl ? runRd<F, K, Proto::kLl>(comm, w, channel, b)
+                                 : runRd<F, K, Proto::kSimple>(comm, w, channel, b);
     } else if (direct && w.coll == Coll::kAllReduce && comm.directRanks == comm.nranks) {
       // Two-shot publishes finished shares with counters: Simple only.
       ok = w.proto == Proto::kLl && w.algo == Algo::kOneShot

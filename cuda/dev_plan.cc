@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "algorithms/double_binary_tree.h"
+#include "algorithms/rd_allreduce.h"
 #include "common/param.h"
 #include "cuda/dev_memory.h"
 
@@ -55,6 +56,8 @@ Algorithm algorithmOf(Algo a) {
       return Algorithm::kTwoShot;
     case Algo::kTree:
       return Algorithm::kTree;
+    case Algo::kRd:
+      return Algorithm::kRd;
     default:
       return Algorithm::kRing;
   }
@@ -74,6 +77,8 @@ const char* algoName(Algo a) {
       return "twoshot";
     case Algo::kTree:
       return "tree";
+    case Algo::kRd:
+      return "rd";
     default:
       return "ring";
   }
@@ -148,6 +153,14 @@ Result<ProtoMask> protoOverride() {
   return parseProtoList(v.value, v.source + "=" + v.value);
 }
 
+bool rdPartners(int nranks, int a, int b) {
+  if (a == b || a < 0 || b < 0 || a >= nranks || b >= nranks) return false;
+  const int pw = rdPowerOfTwo(nranks);
+  if (a >= pw || b >= pw) return a - b == pw || b - a == pw;
+  const int x = a ^ b;
+  return (x & (x - 1)) == 0;
+}
+
 double predictDeviceUs(int nranks, Collective coll, Algo algo, Proto proto, int nchannels,
                        size_t bytes, uint32_t directBytes) {
   const double n = nranks;
@@ -170,6 +183,14 @@ double predictDeviceUs(int nranks, Collective coll, Algo algo, Proto proto, int 
     const double depth = std::floor(std::log2(n));
     return 2 * depth * c.stepUs +
            2 * static_cast<double>(bytes) / nchannels / (c.channelGBps * 1e3) + channels;
+  }
+  if (algo == Algo::kRd && nranks > 1) {
+    // log2 p exchanges of the whole slice (p the largest power of two not above n), two more
+    // where ranks past p fold in and take the result back.
+    const int pw = rdPowerOfTwo(nranks);
+    const double steps = std::log2(static_cast<double>(pw)) + (pw < nranks ? 2 : 0);
+    return steps * (c.stepUs + static_cast<double>(bytes) / nchannels / (c.channelGBps * 1e3)) +
+           channels;
   }
   // Ring steps per byte of the call, and the steps of the whole call.
   double steps = n - 1;
@@ -195,10 +216,24 @@ DeviceChoice chooseDevice(const DeviceShape& shape, Collective coll, size_t byte
   const int lo = std::max(1, std::min(shape.minChannels, hi));
   // The direct algorithms where the communicator has direct regions and the user allows them;
   // the ring where allowed, and whenever nothing else applies.
-  // The tree where the communicator has tree links, on at most as many channels.
-  const bool direct = coll == Collective::kAllReduce && shape.nranks > 1 && shape.directBytes > 0;
-  const bool tree = coll == Collective::kAllReduce && shape.nranks > 1 && shape.treeChannels > 0;
-  auto applies = [&](Algo a) { return a == Algo::kRing || (a == Algo::kTree ? tree : direct); };
+  // The tree and recursive doubling where the communicator has their links, on at most as
+  // many channels.
+  const bool allReduce = coll == Collective::kAllReduce && shape.nranks > 1;
+  const bool direct = allReduce && shape.directBytes > 0;
+  const bool tree = allReduce && shape.treeChannels > 0;
+  const bool rd = allReduce && shape.rdChannels > 0;
+  auto applies = [&](Algo a) {
+    switch (a) {
+      case Algo::kRing:
+        return true;
+      case Algo::kTree:
+        return tree;
+      case Algo::kRd:
+        return rd;
+      default:
+        return direct;
+    }
+  };
   bool any = false;
   for (int a = 0; a < kNumAlgos; ++a) {
     const Algo algo = static_cast<Algo>(a);
@@ -208,7 +243,9 @@ DeviceChoice chooseDevice(const DeviceShape& shape, Collective coll, size_t byte
     const Algo algo = static_cast<Algo>(a);
     if (!applies(algo)) continue;
     if (any ? !shape.algos.allows(algorithmOf(algo)) : algo != Algo::kRing) continue;
-    const int top = algo == Algo::kTree ? std::min(hi, shape.treeChannels) : hi;
+    const int top = algo == Algo::kTree ? std::min(hi, shape.treeChannels)
+                    : algo == Algo::kRd ? std::min(hi, shape.rdChannels)
+                                        : hi;
     const int bottom = std::min(lo, top);
     for (int p = 0; p < kNumProtos; ++p) {
       Proto proto = static_cast<Proto>(p);

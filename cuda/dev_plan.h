@@ -18,12 +18,16 @@ namespace chorus {
 namespace dev {
 
 const char* protoName(Proto p);  // "LL", "Simple"
-const char* algoName(Algo a);    // "ring", "oneshot", "twoshot", "tree" (CHORUS_ALGO's names)
+const char* algoName(Algo a);    // "ring", "oneshot", "twoshot", "tree", "rd" (CHORUS_ALGO's)
 
 // Rank's node in tree 0 or 1 of nranks ranks (algorithms/double_binary_tree.h), and whether
 // ranks a and b are parent and child in either tree (then they have tree links).
 DevTreeNode devTreeNode(int nranks, int rank, int tree);
 bool treeNeighbours(int nranks, int a, int b);
+// Whether ranks a and b exchange in recursive doubling (algorithms/rd_allreduce.h): a ^ b a
+// power of two below the largest power of two p not above nranks, or one folded into the other
+// (b = a +- p).
+bool rdPartners(int nranks, int a, int b);
 
 // The protocols the user allows: one bit per Proto.
 struct ProtoMask {
@@ -48,7 +52,7 @@ struct DeviceShape {
   int maxChannels = kMaxChannels;
   const int32_t* ringRanks = nullptr;  // host copy: rank at each ring position
   ProtoMask protos;
-  AlgorithmMask algos;  // CHORUS_ALGO / NCCL_ALGO: ring, oneshot, twoshot, tree apply here
+  AlgorithmMask algos;  // CHORUS_ALGO / NCCL_ALGO: ring, oneshot, twoshot, tree, rd apply here
   // Bytes of one direct-region buffer per channel (Comm::direct); 0: no direct all-reduce.
   uint32_t directBytes = 0;
   // Links per pair of ranks for sends and receives (Comm::p2pParts), and the fewest bytes a
@@ -56,8 +60,10 @@ struct DeviceShape {
   // parts (at least one), each on a block and a link of its own.
   int p2pParts = 1;
   size_t p2pPartBytes = size_t(256) << 10;
-  // Channels with tree links (Comm::treeChannels); 0: no tree all-reduce.
+  // Channels with tree links (Comm::treeChannels) and recursive-doubling links
+  // (Comm::rdChannels); 0: no such all-reduce.
   int treeChannels = 0;
+  int rdChannels = 0;
 };
 
 struct DeviceChoice {

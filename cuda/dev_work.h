@@ -28,19 +28,28 @@ constexpr int kMinBlockThreads = 64;
 // How a collective's work moves its data: along the ring channels' FIFOs, (all-reduce of
 // ranks that all reach each other's memory) through every rank's direct region
 // (algorithms/direct_allreduce.h, cuda/dev_direct.h), or (all-reduce) up and down the double
-// binary tree (algorithms/tree_allreduce.h, cuda/dev_tree.h).
+// binary tree (algorithms/tree_allreduce.h, cuda/dev_tree.h), or (all-reduce) by recursive
+// doubling (algorithms/rd_allreduce.h, cuda/dev_rd.h).
 enum class Algo : uint8_t {
   kRing = 0,
   kOneShot = 1,  // every rank stages its input and reduces all the staged inputs itself
   kTwoShot = 2,  // every rank reduces one share and copies the others' finished shares
   kTree = 3,     // partial sums up two trees, the result down them
+  kRd = 4,       // recursive doubling: log2 n exchanges of the whole buffer between partners
 };
-constexpr int kNumAlgos = 4;
+constexpr int kNumAlgos = 5;
 
 // The tree all-reduce runs on at most this many channels; each has links of its own to the
 // rank's parent and children in both trees (two links per channel for each pair of tree
 // neighbours, after the pair's point-to-point links).
 constexpr int kMaxTreeChannels = 2;
+// Recursive doubling likewise: one link per channel between exchange partners (after the tree
+// links).
+constexpr int kMaxRdChannels = 2;
+// Partners a rank has at most in recursive doubling (log2 of the largest power of two not
+// above nranks, and the rank folded into it or it folds into): enough for 2^15 ranks.
+constexpr int kMaxRdPartners = 16;
+constexpr int kMaxRdRanks = 1 << 15;
 constexpr int kDevTrees = 2;
 
 enum class Proto : uint8_t {
@@ -135,7 +144,8 @@ struct Comm {
   // By rank and link (rank * peerLinks + link): send[] the FIFOs into that rank's memory for
   // this rank's sends to it, recv[] this rank's FIFOs for its receives from it (null slots
   // where no link exists). Links [0, p2pParts) carry sends and receives; tree neighbours have
-  // 2 treeChannels more, link p2pParts + 2 c + t for channel c of tree t.
+  // 2 treeChannels more, link p2pParts + 2 c + t for channel c of tree t, and recursive
+  // doubling's partners rdChannels more after those, link p2pParts + 2 treeChannels + c.
   const Channel* peers = nullptr;
   int32_t p2pParts = 1;
   int32_t peerLinks = 1;
@@ -143,6 +153,7 @@ struct Comm {
   // this rank's node in each tree.
   int32_t treeChannels = 0;
   DevTreeNode trees[kDevTrees];
+  int32_t rdChannels = 0;  // channels of recursive doubling (0: none)
   // Ranks of the direct regions (nranks when every rank reaches every other's memory and
   // direct all-reduce is on, else 0: only ring works).
   int32_t directRanks = 0;

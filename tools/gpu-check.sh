@@ -357,9 +357,12 @@ if [ $built = 1 ]; then
     side_by_side 30 $n "ar-sweep-n$n" all_reduce_perf -b 8 -e 256M -f 4 -c 1
   done
   # The all-reduce algorithms side by side: the ring, the direct ones reading the peers'
-  # buffers on the GPU (one-shot, two-shot), and the tree.
+  # buffers on the GPU (one-shot, two-shot), and on 4 ranks the tree and recursive doubling
+  # (on 2 they are one exchange, as one-shot is).
   for n in 2 4; do
-    for algo in ring oneshot twoshot tree; do
+    more=""
+    [ "$n" = 4 ] && more="tree rd"
+    for algo in ring oneshot twoshot $more; do
       PERF_ENV=(CHORUS_ALGO="$algo")
       run_perf 20 $n "ar-algo-n$n-$algo" all_reduce_perf -b 8 -e 64M -f 8 -c 1
     done
@@ -404,11 +407,12 @@ fi
       sort -n
   done
   for n in 2 4; do
-    echo "== all-reduce on $n ranks by algorithm: size, then out-of-place us / busbw for ring, oneshot, twoshot, tree"
+    echo "== all-reduce on $n ranks by algorithm: size, then out-of-place us / busbw for ring, oneshot, twoshot, tree, rd"
     join <(unprefixed "$OUT/ar-algo-n$n-ring.log" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $6, $8 }' | sort -k1,1) \
          <(unprefixed "$OUT/ar-algo-n$n-oneshot.log" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $6, $8 }' | sort -k1,1) -a 1 |
       join - <(unprefixed "$OUT/ar-algo-n$n-twoshot.log" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $6, $8 }' | sort -k1,1) -a 1 |
       join - <(unprefixed "$OUT/ar-algo-n$n-tree.log" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $6, $8 }' | sort -k1,1) -a 1 |
+      join - <(unprefixed "$OUT/ar-algo-n$n-rd.log" 2>/dev/null | awk '$1 ~ /^[0-9]+$/ && NF >= 13 { print $1, $6, $8 }' | sort -k1,1) -a 1 |
       sort -n
   done
   echo "== all-reduce variants (channels, threads, FIFO bytes): out-of-place busbw GB/s at 4 MiB, 64 MiB, 256 MiB"

@@ -8,7 +8,7 @@
 namespace chorus {
 namespace dev {
 
-CommHostLinks::CommHostLinks(int nranks, bool tcp, int ringChannels, bool p2p, int treeLinks)
+CommHostLinks::CommHostLinks(int nranks, bool tcp, int ringChannels, bool p2p, int extraLinks)
     : nranks_(nranks),
       comms_(static_cast<size_t>(nranks)),
       links_(static_cast<size_t>(nranks), std::vector<HostLinks>(kHostChannels)) {
@@ -42,7 +42,7 @@ CommHostLinks::CommHostLinks(int nranks, bool tcp, int ringChannels, bool p2p, i
       std::vector<int> others;
       for (int o = 0; o < nranks; ++o)
         if (o != r) others.push_back(o);
-      for (int part = 0; part < kP2pParts + treeLinks; ++part)
+      for (int part = 0; part < kP2pParts + extraLinks; ++part)
         for (int p = 0; p < kNumProtos && (p2p || part >= kP2pParts); ++p)
           connect(hostP2pChannel(part, p), others, others);
     });

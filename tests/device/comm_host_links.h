@@ -19,9 +19,10 @@ class CommHostLinks {
   // nranks host communicators (threads of this process) over shared memory, or over TCP when
   // tcp; each connects the host channels of ring channels [0, ringChannels) to its ring
   // neighbours (ring 0 -> 1 -> ... -> nranks-1), when p2p the point-to-point host channels of
-  // every part to every other rank, and those of the treeLinks links after the parts (the tree
-  // links, Comm::peers) to every other rank. error() says what failed, if anything.
-  CommHostLinks(int nranks, bool tcp, int ringChannels, bool p2p, int treeLinks = 0);
+  // every part to every other rank, and those of the extraLinks links after the parts (the tree
+  // and recursive-doubling links, Comm::peers) to every other rank. error() says what failed,
+  // if anything.
+  CommHostLinks(int nranks, bool tcp, int ringChannels, bool p2p, int extraLinks = 0);
   ~CommHostLinks();  // the communicators are closed together
   CommHostLinks(const CommHostLinks&) = delete;
   CommHostLinks& operator=(const CommHostLinks&) = delete;

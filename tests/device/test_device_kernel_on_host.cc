@@ -502,80 +502,117 @@ INSTANTIATE_TEST_SUITE_P(RanksAndProtocols, TreeOnHost,
                                   (std::get<1>(info.param) == Proto::kLl ? "LL" : "Simple");
                          });
 
-// Tree, ring and direct works mixed in one launch and across launches, one and two tree
-// channels, in place, with a device scalar and several threads per block: every tree FIFO's
-// step carries over from launch to launch, whatever ran between.
-TEST(KernelOnHost, TreeRingAndDirectWorksShareLaunches) {
+// ---- Recursive doubling (cuda/dev_rd.h) over the partner links of every pair. ----
+
+class RdOnHost : public ::testing::TestWithParam<std::tuple<int, Proto>> {};
+
+// Every type and reduction on 2-8 ranks, powers of two and not (ranks past the power fold in
+// and take the result back); counts within a chunk and across many.
+TEST_P(RdOnHost, EveryTypeAndOp) {
+  const int nranks = std::get<0>(GetParam());
+  const Proto proto = std::get<1>(GetParam());
   std::vector<Call> calls;
-  const Algo algos[] = {Algo::kTree, Algo::kRing, Algo::kTree, Algo::kOneShot};
-  for (int i = 0; i < 16; ++i) {
+  for (ncclDataType_t t : kAllTypes)
+    for (int op = 0; op < ref::kNumTestOps; ++op)
+      for (size_t count : {size_t{1}, size_t{37}, size_t{3001}}) {
+        Call c{Coll::kAllReduce, t, static_cast<ref::Op>(op), count, proto, 2};
+        c.algo = Algo::kRd;
+        calls.push_back(c);
+      }
+  EmuGeometry g;
+  g.rdChannels = 2;
+  runCalls(nranks, calls, /*fused=*/false, /*threadsPerBlock=*/2, g);
+}
+
+INSTANTIATE_TEST_SUITE_P(RanksAndProtocols, RdOnHost,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 7, 8),
+                                            ::testing::Values(Proto::kLl, Proto::kSimple)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, Proto>>& info) {
+                           return std::to_string(std::get<0>(info.param)) + "ranks_" +
+                                  (std::get<1>(info.param) == Proto::kLl ? "LL" : "Simple");
+                         });
+
+// Tree, recursive doubling, ring and direct works mixed in one launch and across launches, one
+// and two channels, in place, with a device scalar and several threads per block: every tree
+// and partner FIFO's step carries over from launch to launch, whatever ran between.
+TEST(KernelOnHost, TreeRdRingAndDirectWorksShareLaunches) {
+  std::vector<Call> calls;
+  const Algo algos[] = {Algo::kTree, Algo::kRing, Algo::kRd, Algo::kOneShot, Algo::kRd};
+  for (int i = 0; i < 20; ++i) {
     Call c{Coll::kAllReduce,
            ncclFloat32,
            ref::kPreMulSum,
            static_cast<size_t>(1 + 1409 * i),
            i % 3 == 0 ? Proto::kLl : Proto::kSimple,
            1 + i % 2};
-    c.algo = algos[i % 4];
-    c.inPlace = i % 5 == 2;
+    c.algo = algos[i % 5];
+    c.inPlace = i % 7 == 2;
     c.deviceScalar = i % 2 == 0;
     calls.push_back(c);
   }
   EmuGeometry g;
   g.nchannels = 3;
   g.treeChannels = 2;
+  g.rdChannels = 2;
   g.directBytes = 512;
   runCalls(6, calls, /*fused=*/true, 3, g);
   runCalls(4, calls, /*fused=*/false, 2, g);
 }
 
-// Tree links through host memory and proxies (pairs without a P2P path): the emulator's own
-// host FIFOs, then a host communicator's connectors over shared memory and over TCP.
-TEST(KernelOnHost, ProxiedTreeLinksCarryTheTree) {
+// Tree and partner links through host memory and proxies (pairs without a P2P path): the
+// emulator's own host FIFOs, then a host communicator's connectors over shared memory and TCP.
+TEST(KernelOnHost, ProxiedLinksCarryTreeAndRd) {
   std::vector<Call> calls;
-  for (Proto p : {Proto::kLl, Proto::kSimple})
-    for (size_t count : {size_t{1}, size_t{3001}, size_t{40000}}) {
-      Call c{Coll::kAllReduce, ncclFloat32, ref::kSum, count, p, 2};
-      c.algo = Algo::kTree;
-      calls.push_back(c);
-      c.type = ncclBfloat16;
-      c.op = ref::kAvg;
-      calls.push_back(c);
-    }
+  for (Algo a : {Algo::kTree, Algo::kRd})
+    for (Proto p : {Proto::kLl, Proto::kSimple})
+      for (size_t count : {size_t{1}, size_t{3001}, size_t{40000}}) {
+        Call c{Coll::kAllReduce, ncclFloat32, ref::kSum, count, p, 2};
+        c.algo = a;
+        calls.push_back(c);
+        c.type = ncclBfloat16;
+        c.op = ref::kAvg;
+        calls.push_back(c);
+      }
   EmuGeometry g;
   g.proxied = true;
   g.treeChannels = 2;
+  g.rdChannels = 2;
   runCalls(5, calls, /*fused=*/false, 2, g);
   constexpr int kRanks = 3;
   for (bool tcp : {false, true}) {
     SCOPED_TRACE(tcp ? "TCP" : "shared memory");
-    CommHostLinks links(kRanks, tcp, g.nchannels, /*p2p=*/false, 2 * g.treeChannels);
+    const int extra = 2 * g.treeChannels + g.rdChannels;
+    CommHostLinks links(kRanks, tcp, g.nchannels, /*p2p=*/false, extra);
     ASSERT_EQ(links.error(), "");
     g.hostLinks = [&links](int sender, int receiver, int channel, int proto, SendConnector** send,
                            RecvConnector** recv) {
       return links.link(sender, receiver, channel, proto, send, recv);
     };
     runCalls(kRanks, calls, /*fused=*/false, 2, g);
-    // Every ring link and every tree link went through the communicators' connectors.
-    EXPECT_EQ(links.supplied(), kRanks * g.nchannels * kNumProtos +
-                                    kRanks * (kRanks - 1) * 2 * g.treeChannels * kNumProtos);
+    // Every ring, tree and partner link went through the communicators' connectors.
+    EXPECT_EQ(links.supplied(),
+              kRanks * g.nchannels * kNumProtos + kRanks * (kRanks - 1) * extra * kNumProtos);
   }
 }
 
-// A rank whose tree neighbours never come waits until the communicator is aborted, then stops
-// and flags the error for the host; a communicator without tree links runs such a work on the
-// ring rather than wait on links it does not have.
-TEST(KernelOnHost, AbortStopsARankWaitingInTreeAllReduce) {
+// A rank whose tree neighbours (or partners) never come waits until the communicator is
+// aborted, then stops and flags the error for the host; a communicator without such links runs
+// these works on the ring rather than wait on links it does not have.
+TEST(KernelOnHost, AbortStopsARankWaitingInTreeOrRdAllReduce) {
   EmuGeometry g;
   g.treeChannels = 1;
-  for (Proto p : {Proto::kLl, Proto::kSimple})
-    EXPECT_TRUE(stopsOnAbort(g, 4, 1, Algo::kTree, p, 1)) << protoName(p);
+  g.rdChannels = 1;
+  for (Algo a : {Algo::kTree, Algo::kRd})
+    for (Proto p : {Proto::kLl, Proto::kSimple})
+      EXPECT_TRUE(stopsOnAbort(g, 5, 1, a, p, 1)) << algoName(a) << ", " << protoName(p);
   std::vector<Call> calls;
-  for (Proto p : {Proto::kLl, Proto::kSimple}) {
-    Call c{Coll::kAllReduce, ncclInt32, ref::kSum, 5000, p, 2};
-    c.algo = Algo::kTree;
-    calls.push_back(c);
-  }
-  runCalls(3, calls, /*fused=*/false, 1);  // treeChannels 0: the ring
+  for (Algo a : {Algo::kTree, Algo::kRd})
+    for (Proto p : {Proto::kLl, Proto::kSimple}) {
+      Call c{Coll::kAllReduce, ncclInt32, ref::kSum, 5000, p, 2};
+      c.algo = a;
+      calls.push_back(c);
+    }
+  runCalls(3, calls, /*fused=*/false, 1);  // no tree or partner links: the ring
 }
 
 TEST(KernelOnHost, UnknownKernelKeyIsRefused) {

@@ -5,6 +5,7 @@
 // CPU twin of the kernel, results checked against the reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "algorithms/double_binary_tree.h"
+#include "algorithms/rd_allreduce.h"
 #include "cuda/dev_emulator.h"
 #include "cuda/dev_plan.h"
 #include "multirank/reference.h"
@@ -132,7 +134,8 @@ TEST(DeviceChoice, DirectAllReduceForSmallCallsWhenRegionsExist) {
       for (int p = 0; p < kNumProtos; ++p)
         for (int ch = 1; ch <= 8; ++ch) {
           if (a == static_cast<int>(Algo::kTwoShot) && p == static_cast<int>(Proto::kLl)) continue;
-          if (a == static_cast<int>(Algo::kTree)) continue;  // no tree links in this shape
+          // No tree or partner links in this shape.
+          if (a == static_cast<int>(Algo::kTree) || a == static_cast<int>(Algo::kRd)) continue;
           EXPECT_LE(c.us, predictDeviceUs(4, Collective::kAllReduce, static_cast<Algo>(a),
                                           static_cast<Proto>(p), ch, bytes, s.directBytes) +
                               1e-9)
@@ -161,7 +164,9 @@ TEST(DeviceChoice, TreeAllReduceForSmallCallsOnManyRanks) {
   for (size_t bytes : {size_t{8}, size_t{1} << 14, size_t{1} << 20, size_t{1} << 26}) {
     const DeviceChoice c = chooseDevice(s, Collective::kAllReduce, bytes);
     EXPECT_TRUE(c.algo == Algo::kTree || c.algo == Algo::kRing) << "no direct regions";
-    if (c.algo == Algo::kTree) EXPECT_LE(c.nchannels, s.treeChannels);
+    if (c.algo == Algo::kTree) {
+      EXPECT_LE(c.nchannels, s.treeChannels);
+    }
     for (int p = 0; p < kNumProtos; ++p) {
       for (int ch = 1; ch <= 8; ++ch)
         EXPECT_LE(c.us, predictDeviceUs(16, Collective::kAllReduce, Algo::kRing,
@@ -213,6 +218,72 @@ TEST(DeviceTrees, NodesAndNeighboursFollowTheDoubleBinaryTree) {
       for (int b = 0; b < n; ++b) pairs += treeNeighbours(n, a, b) ? 1 : 0;
     EXPECT_LE(pairs, 2 * edges);
     EXPECT_FALSE(treeNeighbours(n, 0, 0));
+  }
+}
+
+// With tree and partner links as well, each all-reduce algorithm wins its range on 16 ranks:
+// recursive doubling (log2 n exchanges of the whole buffer) the smallest calls, the tree (more
+// steps, half the data per step) the middle, the ring (every channel) the largest.
+TEST(DeviceChoice, RdTreeAndRingEachWinARange) {
+  std::vector<int32_t> ring(16);
+  for (int i = 0; i < 16; ++i) ring[static_cast<size_t>(i)] = i;
+  DeviceShape s = shapeOf(16, 8, ring.data());
+  s.treeChannels = 2;
+  s.rdChannels = 2;
+  EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 8).algo, Algo::kRd);
+  EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 1u << 20).algo, Algo::kTree);
+  EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 256u << 20).algo, Algo::kRing);
+  for (size_t bytes : {size_t{8}, size_t{1} << 12, size_t{1} << 16, size_t{1} << 20}) {
+    const DeviceChoice c = chooseDevice(s, Collective::kAllReduce, bytes);
+    if (c.algo == Algo::kRd) {
+      EXPECT_LE(c.nchannels, s.rdChannels);
+    }
+    for (int a : {static_cast<int>(Algo::kRing), static_cast<int>(Algo::kTree),
+                  static_cast<int>(Algo::kRd)})
+      for (int p = 0; p < kNumProtos; ++p)
+        for (int ch = 1; ch <= (a == static_cast<int>(Algo::kRing) ? 8 : 2); ++ch)
+          EXPECT_LE(c.us, predictDeviceUs(16, Collective::kAllReduce, static_cast<Algo>(a),
+                                          static_cast<Proto>(p), ch, bytes) +
+                              1e-9)
+              << bytes << " bytes";
+  }
+  // Ranks past the largest power of two cost two exchanges more.
+  EXPECT_GT(predictDeviceUs(12, Collective::kAllReduce, Algo::kRd, Proto::kLl, 1, 8),
+            predictDeviceUs(8, Collective::kAllReduce, Algo::kRd, Proto::kLl, 1, 8));
+  s.algos = parseAlgorithmList("rd", "CHORUS_ALGO=rd").value();
+  EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 256u << 20).algo, Algo::kRd);
+  s.rdChannels = 0;
+  EXPECT_EQ(chooseDevice(s, Collective::kAllReduce, 8).algo, Algo::kRing) << "no partner links";
+}
+
+// The partners recursive doubling exchanges with are exactly the pairs rdPartners names:
+// algorithms/rd_allreduce.h run with primitives that only record whom each rank talks to.
+struct PeerRecorder {
+  std::vector<int> peers;
+  bool init() { return true; }
+  bool send(int peer, size_t, size_t) { return note(peer); }
+  bool recvReduce(int peer, size_t, size_t, bool, bool) { return note(peer); }
+  bool recvCopy(int peer, size_t, size_t) { return note(peer); }
+  bool note(int peer) {
+    peers.push_back(peer);
+    return true;
+  }
+};
+
+TEST(DeviceTrees, RdPartnersAreTheRanksRecursiveDoublingExchangesWith) {
+  for (int n : {2, 3, 4, 6, 8, 13, 16}) {
+    for (int r = 0; r < n; ++r) {
+      PeerRecorder rec;
+      ASSERT_TRUE(rdAllReduce(rec, RdAllReduceShape{10, 4, n, r}));
+      for (int q = 0; q < n; ++q) {
+        const bool talks = std::find(rec.peers.begin(), rec.peers.end(), q) != rec.peers.end();
+        EXPECT_EQ(rdPartners(n, r, q), talks) << n << " ranks, " << r << " and " << q;
+        EXPECT_EQ(rdPartners(n, r, q), rdPartners(n, q, r));
+      }
+      std::sort(rec.peers.begin(), rec.peers.end());
+      const long distinct = std::unique(rec.peers.begin(), rec.peers.end()) - rec.peers.begin();
+      EXPECT_LE(distinct, kMaxRdPartners);
+    }
   }
 }
 

@@ -204,10 +204,10 @@ INSTANTIATE_TEST_SUITE_P(RanksThroughHost, DeviceComm,
                                             ::testing::Values("shm", "socket")),
                          paramName);
 
-// The direct all-reduce (one-shot, two-shot) and the tree forced by CHORUS_ALGO, with each
-// protocol they run: ranks on one GPU read each other's direct buffers, or pass partial sums
-// up and results down the tree links; every type and op, one element, a few, and a million
-// (many sequences of the 64 KiB buffers, or many tree chunks, on each channel).
+// The direct all-reduce (one-shot, two-shot), the tree and recursive doubling forced by
+// CHORUS_ALGO, with each protocol they run: ranks on one GPU read each other's direct buffers,
+// or pass partial sums over the tree or partner links; every type and op, one element, a few,
+// and a million (many sequences of the 64 KiB buffers, or many chunks, on each channel).
 using DirectParam = std::tuple<int, const char*, const char*>;
 
 class DeviceDirect : public ::testing::TestWithParam<DirectParam> {
@@ -241,7 +241,8 @@ INSTANTIATE_TEST_SUITE_P(
                       DirectParam(2, "twoshot", "Simple"), DirectParam(4, "oneshot", "LL"),
                       DirectParam(4, "twoshot", "Simple"), DirectParam(4, "direct,ring", ""),
                       DirectParam(2, "tree", "LL"), DirectParam(4, "tree", "LL"),
-                      DirectParam(4, "tree", "Simple")),
+                      DirectParam(4, "tree", "Simple"), DirectParam(2, "rd", "LL"),
+                      DirectParam(4, "rd", "Simple")),
     directName);
 
 // The point-to-point calls: all-to-all, gather, scatter and a ring shift by send/recv in a
