@@ -327,7 +327,7 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
     RegionLayout linkLayout = layout;
     linkLayout.nchannels = kP2pParts;
     treeChannels_ = std::min(nchannels_, kMaxTreeChannels);
-    rdChannels_ = n <= kMaxRdRanks ? std::min(nchannels_, kMaxRdChannels) : 0;
+    rdChannels_ = std::min(nchannels_, kMaxRdChannels);
     CHORUS_TRY(connectPeers(s, ends, linkLayout, treeChannels_, rdChannels_, setup, &local));
   } else {
     description_ = formatString("rank %d (GPU %d): alone", rank_, device_);

@@ -199,7 +199,6 @@ CHORUS_HD bool runRd(const Comm& comm, const Work& w, int channel, Block& b) {
     RdAllReduceShape s{end - begin, chunk, comm.nranks, comm.rank};
     ok = rdAllReduce(p, s);
   }
-  p.finish();
   return ok;
 }
 

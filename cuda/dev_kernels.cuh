@@ -31,8 +31,11 @@ struct DeviceBlock {
   }
 };
 
+// The launch stays in parameter memory (__grid_constant__): runChannel reads it by reference,
+// which would otherwise make every thread copy all of it (2 KiB) to its stack first.
 template <class F, RedKind K>
-__global__ void __launch_bounds__(kBlockThreads) collectiveKernel(Launch launch) {
+__global__ void __launch_bounds__(kBlockThreads)
+    collectiveKernel(const __grid_constant__ Launch launch) {
   __shared__ BlockShared shared;
   DeviceBlock block{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), &shared};
   runChannel<F, K>(launch, static_cast<int>(blockIdx.x), block);

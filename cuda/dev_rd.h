@@ -4,7 +4,9 @@
 // The output buffer holds the running partial: init() writes this rank's input there (scaled
 // for PreMulSum), each exchange sends it and folds the partner's in, the lower group's partial
 // first on both sides, so that both partners compute the same bits. Each step is one
-// linkStep (dev_links.h). Written over a Block type, so that the CPU runs it in tests.
+// linkStep (dev_links.h) over a partner's ends opened for that step and stored back after it:
+// no table of partners stays in every thread's stack. Written over a Block type, so that the
+// CPU runs it in tests.
 #pragma once
 
 #include <cstddef>
@@ -36,14 +38,6 @@ class RdPrims {
       return applyOrCopy<F, stepFor<K, kLocal>()>(local, local, scalar, nranks);
     }
   };
-  // The local partial as it is (a send).
-  struct Local {
-    CHORUS_HD S operator()(S, S, S local) const { return local; }
-  };
-  // The received partial as it is (the folded rank takes the result back).
-  struct Received {
-    CHORUS_HD S operator()(S r0, S, S) const { return r0; }
-  };
   // Received and local partial folded, this rank's first when mineFirst; finalised when last.
   template <bool kLast>
   struct Fold {
@@ -70,10 +64,10 @@ class RdPrims {
         block_(block) {}
 
   // Elements one slot holds (every partner link has the same layout; 0: no link).
-  CHORUS_HD size_t chunkElems() {
+  CHORUS_HD size_t chunkElems() const {
     // The first partner: rank ^ 1 below the largest power of two, else the rank folded into.
     const int pw = rdPowerOfTwo(comm_.nranks);
-    return slotElems<S, P>(partnerOf(comm_.rank < pw ? comm_.rank ^ 1 : comm_.rank - pw).send);
+    return slotElems<S, P>(endsOf(comm_.rank < pw ? comm_.rank ^ 1 : comm_.rank - pw).send);
   }
 
   CHORUS_HD bool init() {
@@ -83,52 +77,50 @@ class RdPrims {
     return true;
   }
   CHORUS_HD bool send(int peer, size_t off, size_t n) {
-    FifoEnd* sends[1] = {&partnerOf(peer).send};
-    return linkStep<S, P>(comm_, block_, nullptr, 0, output_ + off * sizeof(S), sends, 1, nullptr,
-                          n, Local{});
+    Ends e = endsOf(peer);
+    FifoEnd* sends[kMaxLinkEnds] = {&e.send, nullptr};
+    return stored(e.send, linkStep<S, P>(comm_, block_, nullptr, 0, output_ + off * sizeof(S),
+                                         sends, 1, nullptr, n, TakeLocal<S>{}));
   }
   CHORUS_HD bool recvReduce(int peer, size_t off, size_t n, bool mineFirst, bool last) {
-    FifoEnd* recvs[1] = {&partnerOf(peer).recv};
+    Ends e = endsOf(peer);
+    FifoEnd* recvs[kMaxLinkEnds] = {&e.recv, nullptr};
     char* at = output_ + off * sizeof(S);
-    return last ? linkStep<S, P>(comm_, block_, recvs, 1, at, nullptr, 0, at, n,
-                                 Fold<true>{scalar_, comm_.nranks, mineFirst})
-                : linkStep<S, P>(comm_, block_, recvs, 1, at, nullptr, 0, at, n,
-                                 Fold<false>{scalar_, comm_.nranks, mineFirst});
+    const bool ok = last ? linkStep<S, P>(comm_, block_, recvs, 1, at, nullptr, 0, at, n,
+                                          Fold<true>{scalar_, comm_.nranks, mineFirst})
+                         : linkStep<S, P>(comm_, block_, recvs, 1, at, nullptr, 0, at, n,
+                                          Fold<false>{scalar_, comm_.nranks, mineFirst});
+    return stored(e.recv, ok);
   }
   CHORUS_HD bool recvCopy(int peer, size_t off, size_t n) {
-    FifoEnd* recvs[1] = {&partnerOf(peer).recv};
-    return linkStep<S, P>(comm_, block_, recvs, 1, nullptr, nullptr, 0, output_ + off * sizeof(S),
-                          n, Received{});
-  }
-
-  // Stores every end's step for the next kernel; every thread of the block calls it.
-  CHORUS_HD void finish() {
-    if (block_.tid == 0)
-      for (int i = 0; i < npartners_; ++i) {
-        closeEnd(partners_[i].send);
-        closeEnd(partners_[i].recv);
-      }
-    block_.sync();
+    Ends e = endsOf(peer);
+    FifoEnd* recvs[kMaxLinkEnds] = {&e.recv, nullptr};
+    return stored(e.recv, linkStep<S, P>(comm_, block_, recvs, 1, nullptr, nullptr, 0,
+                                         output_ + off * sizeof(S), n, TakeReceived<S>{}));
   }
 
  private:
-  struct Partner {
-    int peer = -1;
+  struct Ends {
     FifoEnd send, recv;
   };
 
-  // The ends of peer's link, opened at first use (a missing link or too many partners: ends
-  // without FIFOs, which fail the step).
-  CHORUS_HD Partner& partnerOf(int peer) {
-    for (int i = 0; i < npartners_; ++i)
-      if (partners_[i].peer == peer) return partners_[i];
-    if (npartners_ == kMaxRdPartners || peer < 0 || peer >= comm_.nranks) return none_;
-    Partner& p = partners_[npartners_++];
+  // The ends of peer's link where its memory says they stand (ends without FIFOs, which fail
+  // the step, where the link or its position is missing).
+  CHORUS_HD Ends endsOf(int peer) const {
+    Ends e;
+    if (peer < 0 || peer >= comm_.nranks) return e;
     const Channel& link = rdLink(comm_, peer, channel_);
-    p.peer = peer;
-    p.send = openEnd(link.send[static_cast<int>(P)]);
-    p.recv = openEnd(link.recv[static_cast<int>(P)]);
-    return p;
+    if (link.send[static_cast<int>(P)].step != nullptr)
+      e.send = openEnd(link.send[static_cast<int>(P)]);
+    if (link.recv[static_cast<int>(P)].step != nullptr)
+      e.recv = openEnd(link.recv[static_cast<int>(P)]);
+    return e;
+  }
+  // Stores where the end stands after a step, before the block opens an end again; ok as it is.
+  CHORUS_HD bool stored(const FifoEnd& e, bool ok) {
+    if (block_.tid == 0) closeEnd(e);
+    block_.sync();
+    return ok;
   }
 
   const Comm& comm_;
@@ -138,9 +130,6 @@ class RdPrims {
   size_t count_;
   C scalar_;
   Block& block_;
-  Partner partners_[kMaxRdPartners];
-  int npartners_ = 0;
-  Partner none_;
 };
 
 }  // namespace dev

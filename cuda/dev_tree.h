@@ -26,8 +26,9 @@ class TreePrims {
   using C = typename F::Compute;
   // A second child's partial already holds its scaled inputs: it is added, not scaled again.
   static constexpr RedKind kSecond = K == RedKind::kPreMulSum ? RedKind::kSum : K;
-  // What a step does: partials up (to the parent), the result at the root, the result down.
-  enum class Mode { kUp, kRoot, kDown };
+  // What a step combines: partials up (to the parent), or the result at the root (the result
+  // goes down as it is received: TakeReceived).
+  enum class Mode { kUp, kRoot };
 
   // The value a step writes from the first and second received elements and the local one.
   template <Mode M>
@@ -36,17 +37,13 @@ class TreePrims {
     int nranks;
     int nrecv;
     CHORUS_HD S operator()(S r0, S r1, S local) const {
-      if constexpr (M == Mode::kDown) {
-        return r0;
-      } else {
-        constexpr unsigned kFin = M == Mode::kRoot ? kFinal : 0u;
-        if (nrecv == 0)
-          return applyOrCopy<F, stepFor<K, kLocal | kFin>()>(local, local, scalar, nranks);
-        if (nrecv == 1)
-          return applyOrCopy<F, stepFor<K, kLocal | kRecv | kFin>()>(r0, local, scalar, nranks);
-        const S x = applyOrCopy<F, stepFor<K, kLocal | kRecv>()>(r0, local, scalar, nranks);
-        return applyOrCopy<F, stepFor<kSecond, kLocal | kRecv | kFin>()>(r1, x, scalar, nranks);
-      }
+      constexpr unsigned kFin = M == Mode::kRoot ? kFinal : 0u;
+      if (nrecv == 0)
+        return applyOrCopy<F, stepFor<K, kLocal | kFin>()>(local, local, scalar, nranks);
+      if (nrecv == 1)
+        return applyOrCopy<F, stepFor<K, kLocal | kRecv | kFin>()>(r0, local, scalar, nranks);
+      const S x = applyOrCopy<F, stepFor<K, kLocal | kRecv>()>(r0, local, scalar, nranks);
+      return applyOrCopy<F, stepFor<kSecond, kLocal | kRecv | kFin>()>(r1, x, scalar, nranks);
     }
   };
 
@@ -81,25 +78,25 @@ class TreePrims {
 
   CHORUS_HD bool recvReduceSend(int tree, size_t in, size_t n) {
     Links& l = links_[tree];
-    FifoEnd* recvs[2] = {&l.fromChild[0], &l.fromChild[1]};
-    FifoEnd* sends[1] = {&l.up};
+    FifoEnd* recvs[kMaxLinkEnds] = {&l.fromChild[0], &l.fromChild[1]};
+    FifoEnd* sends[kMaxLinkEnds] = {&l.up, nullptr};
     return linkStep<S, P>(comm_, block_, recvs, l.nchildren, input_ + in * sizeof(S), sends, 1,
                           nullptr, n, combine<Mode::kUp>(l.nchildren));
   }
   CHORUS_HD bool recvReduceCopySend(int tree, size_t in, size_t out, size_t n) {
     Links& l = links_[tree];
-    FifoEnd* recvs[2] = {&l.fromChild[0], &l.fromChild[1]};
-    FifoEnd* sends[2] = {&l.toChild[0], &l.toChild[1]};
+    FifoEnd* recvs[kMaxLinkEnds] = {&l.fromChild[0], &l.fromChild[1]};
+    FifoEnd* sends[kMaxLinkEnds] = {&l.toChild[0], &l.toChild[1]};
     return linkStep<S, P>(comm_, block_, recvs, l.nchildren, input_ + in * sizeof(S), sends,
                           l.nchildren, output_ + out * sizeof(S), n,
                           combine<Mode::kRoot>(l.nchildren));
   }
   CHORUS_HD bool recvCopySend(int tree, size_t out, size_t n) {
     Links& l = links_[tree];
-    FifoEnd* recvs[1] = {&l.down};
-    FifoEnd* sends[2] = {&l.toChild[0], &l.toChild[1]};
+    FifoEnd* recvs[kMaxLinkEnds] = {&l.down, nullptr};
+    FifoEnd* sends[kMaxLinkEnds] = {&l.toChild[0], &l.toChild[1]};
     return linkStep<S, P>(comm_, block_, recvs, 1, nullptr, sends, l.nchildren,
-                          output_ + out * sizeof(S), n, combine<Mode::kDown>(1));
+                          output_ + out * sizeof(S), n, TakeReceived<S>{});
   }
 
   // Stores every end's step for the next kernel; every thread of the block calls it.

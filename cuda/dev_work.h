@@ -46,10 +46,6 @@ constexpr int kMaxTreeChannels = 2;
 // Recursive doubling likewise: one link per channel between exchange partners (after the tree
 // links).
 constexpr int kMaxRdChannels = 2;
-// Partners a rank has at most in recursive doubling (log2 of the largest power of two not
-// above nranks, and the rank folded into it or it folds into): enough for 2^15 ranks.
-constexpr int kMaxRdPartners = 16;
-constexpr int kMaxRdRanks = 1 << 15;
 constexpr int kDevTrees = 2;
 
 enum class Proto : uint8_t {

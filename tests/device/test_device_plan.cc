@@ -280,9 +280,6 @@ TEST(DeviceTrees, RdPartnersAreTheRanksRecursiveDoublingExchangesWith) {
         EXPECT_EQ(rdPartners(n, r, q), talks) << n << " ranks, " << r << " and " << q;
         EXPECT_EQ(rdPartners(n, r, q), rdPartners(n, q, r));
       }
-      std::sort(rec.peers.begin(), rec.peers.end());
-      const long distinct = std::unique(rec.peers.begin(), rec.peers.end()) - rec.peers.begin();
-      EXPECT_LE(distinct, kMaxRdPartners);
     }
   }
 }
