@@ -39,7 +39,7 @@ CHORUS_HD bool gridBarrier(const Comm& comm, Block& b) {
     uint32_t spins = 0;
     while (loadAcquire(comm.barrier) < target) {
       if ((++spins & 63u) == 0 && comm.abortFlag != nullptr && *comm.abortFlag != 0) {
-        if (comm.errorFlag != nullptr) *static_cast<volatile uint32_t*>(comm.errorFlag) = 1;
+        flagKernelError(comm);
         aborted = true;
         break;
       }
@@ -166,8 +166,7 @@ CHORUS_HD bool runTree(const Comm& comm, const Work& w, int channel, Block& b) {
       static_cast<char*>(w.recvbuff) + begin * sizeof(S), workScalar<F>(w), b);
   const size_t chunk = p.chunkElems();
   bool ok = chunk > 0 && p.fifoSlots() >= 2;
-  if (!ok && b.tid == 0 && comm.errorFlag != nullptr)
-    *static_cast<volatile uint32_t*>(comm.errorFlag) = 1;  // no tree link: refused, not a hang
+  if (!ok && b.tid == 0) flagKernelError(comm);  // no tree link: refused, not a hang
   if (ok) {
     // Tree 1's half starts on 16 bytes, so that both halves move in 16-byte packs.
     TreeAllReduceShape s{end - begin,
@@ -193,8 +192,7 @@ CHORUS_HD bool runRd(const Comm& comm, const Work& w, int channel, Block& b) {
                             workScalar<F>(w), b);
   const size_t chunk = p.chunkElems();
   bool ok = chunk > 0;
-  if (!ok && b.tid == 0 && comm.errorFlag != nullptr)
-    *static_cast<volatile uint32_t*>(comm.errorFlag) = 1;  // no partner link: refused
+  if (!ok && b.tid == 0) flagKernelError(comm);  // no partner link: refused
   if (ok) {
     RdAllReduceShape s{end - begin, chunk, comm.nranks, comm.rank};
     ok = rdAllReduce(p, s);
@@ -230,8 +228,7 @@ CHORUS_HD bool runP2p(const Comm& comm, const Work& w, Block& b) {
   if (chunk == 0) {
     // No FIFO for this direction (the host refuses such a transfer before launching): report
     // it rather than loop forever.
-    if (b.tid == 0 && comm.errorFlag != nullptr)
-      *static_cast<volatile uint32_t*>(comm.errorFlag) = 1;
+    if (b.tid == 0) flagKernelError(comm);
     p.finish();
     return false;
   }

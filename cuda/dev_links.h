@@ -150,8 +150,7 @@ CHORUS_HD bool linkStep(const Comm& comm, Block& block, FifoEnd* const* recvs, i
     if (i < nsend) missing = missing || sends[i]->fifo == nullptr;
   if (missing) {
     // The host plans these steps only where the links exist: report it rather than hang.
-    if (block.tid == 0 && comm.errorFlag != nullptr)
-      *static_cast<volatile uint32_t*>(comm.errorFlag) = 1;
+    if (block.tid == 0) flagKernelError(comm);
     return false;
   }
   bool stop = false;

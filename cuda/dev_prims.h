@@ -164,6 +164,12 @@ CHORUS_HD inline bool commAborting(const Comm& comm) {
   return comm.abortFlag != nullptr && *comm.abortFlag != 0;
 }
 
+// Tells the host that a kernel gave up (abort, or a link the host should not have planned
+// over): the call fails instead of the host waiting for it.
+CHORUS_HD inline void flagKernelError(const Comm& comm) {
+  if (comm.errorFlag != nullptr) *static_cast<volatile uint32_t*>(comm.errorFlag) = 1;
+}
+
 // Tells the block's other threads (and the host) that this one gave up on abort.
 template <class Block>
 CHORUS_HD void markBlockAborted(const Comm& comm, Block& block) {
@@ -172,7 +178,7 @@ CHORUS_HD void markBlockAborted(const Comm& comm, Block& block) {
 #else
   __atomic_store_n(&block.shared->aborted, 1, __ATOMIC_RELAXED);
 #endif
-  if (comm.errorFlag != nullptr) *static_cast<volatile uint32_t*>(comm.errorFlag) = 1;
+  flagKernelError(comm);
 }
 
 template <class Block>
