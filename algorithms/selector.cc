@@ -93,10 +93,11 @@ double ringGBps(const TuningInfo& info, const CostModel& m, int nchannels) {
   double cores = std::floor(info.coresPerRank / coresPerChannel(info));
   double parallel = std::fmax(1.0, std::fmin(static_cast<double>(nchannels), cores));
   if (usesNetwork(info)) {
-    // One stream reaches the model's figure at most; the link caps all of them together.
+    // The streams and the rank's cap on them are CPU work (the kernel's TCP work with it), slowed
+    // down alike when ranks share cores; the link caps the sum whatever the cores do.
     double link = info.netLinkGBps > 0 ? info.netLinkGBps : m.netMaxGBps;
-    double stream = std::fmin(m.netGBps, link);
-    return std::fmin(parallel * stream, std::fmin(link, m.netMaxGBps)) * cpuShare(info);
+    double cpu = std::fmin(parallel * m.netGBps, m.netMaxGBps) * cpuShare(info);
+    return std::fmin(cpu, link);
   }
   return std::fmin(parallel * m.shmGBps, m.shmMaxGBps) * cpuShare(info);
 }

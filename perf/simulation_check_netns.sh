@@ -31,8 +31,10 @@ if [ "$rate" != none ]; then
   bits=$(echo "$rate" | sed -E 's/gbit$/e9/; s/mbit$/e6/')
   net=(--net-gbps "$(python3 -c "print($bits / 8e9)")")
 fi
+# The hosts are namespaces of this machine: they share its cores, as the ranks' model sees.
+cores=$(python3 -c "print($(nproc) / $hosts)")
 for size in $sizes; do
-  "$build/tools/chorus-tune" --simulate --csv -R "$per" --max-ranks "$nranks" -C "$(nproc)" \
+  "$build/tools/chorus-tune" --simulate --csv -R "$per" --max-ranks "$nranks" -C "$cores" \
     -t "$tuning" "${net[@]}" -b "$size" -e "$size" | grep "^AllReduce,$nranks," >> "$tmp/predicted"
 done
 port=29800

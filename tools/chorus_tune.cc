@@ -29,8 +29,8 @@ void usage(FILE* out) {
           "usage: chorus-tune [options]\n"
           "  -n, --nranks N     ranks in the communicator (default 2)\n"
           "  -N, --nodes M      hosts they are spread over, evenly (default 1)\n"
-          "  -C, --cores C      CPU cores per host (default: this machine's; --simulate: one\n"
-          "                     per rank)\n"
+          "  -C, --cores C      CPU cores per host, fractions allowed (default: this machine's;\n"
+          "                     --simulate: one per rank)\n"
           "  -c, --coll NAME    allreduce, allgather, reducescatter, broadcast, reduce or all\n"
           "                     (default allreduce)\n"
           "  -b, --minbytes S   smallest size (default 8; K, M, G suffixes)\n"
@@ -88,6 +88,15 @@ bool parseInt(const char* text, int lo, int* out) {
   return true;
 }
 
+// A positive number of cores, fractions allowed (hosts sharing a machine's cores).
+bool parseCores(const char* text, double* out) {
+  char* end = nullptr;
+  const double v = strtod(text, &end);
+  if (end == text || *end != '\0' || !(v > 0) || v > 1 << 20) return false;
+  *out = v;
+  return true;
+}
+
 int machineCores() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -122,7 +131,8 @@ std::string cell(const chorus::Decision& d, Algorithm a) {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::string(argv[1]) == "--calibrate-rank")
     return runCalibrationRank(argc - 2, argv + 2);
-  int nranks = 2, nodes = 1, cores = machineCores();
+  int nranks = 2, nodes = 1;
+  double cores = machineCores();
   size_t minBytes = 8, maxBytes = 128u << 20;
   double factor = 2;
   bool shm = true, calibrate = false, quick = false, simulate = false, sizesGiven = false,
@@ -148,7 +158,7 @@ int main(int argc, char** argv) {
     } else if (a == "-N" || a == "--nodes") {
       ok = parseInt(value("--nodes"), 1, &nodes);
     } else if (a == "-C" || a == "--cores") {
-      ok = parseInt(value("--cores"), 1, &cores);
+      ok = parseCores(value("--cores"), &cores);
       coresGiven = true;
     } else if (a == "-c" || a == "--coll") {
       ok = collectiveByName(value("--coll"), &colls);
@@ -242,7 +252,7 @@ int main(int argc, char** argv) {
   info.nranks = nranks;
   info.nnodes = nodes;
   info.localRanks = (nranks + nodes - 1) / nodes;
-  info.coresPerRank = static_cast<double>(cores) / info.localRanks;
+  info.coresPerRank = cores / info.localRanks;
   info.shm = shm;
   info.directPossible = nodes == 1 && shm && nranks > 1;
   if (nodes > 1 && nranks % nodes == 0) info.hierRanksPerHost = nranks / nodes;

@@ -62,8 +62,8 @@ int runSimulation(const SimulateOptions& o) {
   }
   base.allowed = mask.value();
   base.localRanks = o.ranksPerHost;
-  const int cores = o.coresPerHost > 0 ? o.coresPerHost : o.ranksPerHost;
-  base.coresPerRank = static_cast<double>(cores) / o.ranksPerHost;
+  const double cores = o.coresPerHost > 0 ? o.coresPerHost : o.ranksPerHost;
+  base.coresPerRank = cores / o.ranksPerHost;
   base.shm = o.shm;
   base.netLinkGBps = o.netLinkGBps;
   base.directChunkBytes = static_cast<size_t>(chorus::paramInt("DIRECT_BUFFSIZE"));
@@ -75,7 +75,7 @@ int runSimulation(const SimulateOptions& o) {
     if (!o.csv) {
       char netText[32];
       snprintf(netText, sizeof netText, "%.3g GB/s", o.netLinkGBps);
-      printf("# %s: %d ranks per host, %d cores per host, network link %s, cost model: %s\n",
+      printf("# %s: %d ranks per host, %g cores per host, network link %s, cost model: %s\n",
              chorus::collectiveName(coll), o.ranksPerHost, cores,
              o.netLinkGBps > 0 ? netText : "the model's", model.c_str());
       printf(

@@ -9,8 +9,8 @@
 struct SimulateOptions {
   int ranksPerHost = 8;
   int maxRanks = 16384;
-  int coresPerHost = 0;    // 0: ranksPerHost (a core per rank)
-  double netLinkGBps = 0;  // the network link of each host (0: the model's network figures)
+  double coresPerHost = 0;  // 0: ranksPerHost (a core per rank); fractions allowed
+  double netLinkGBps = 0;   // the network link of each host (0: the model's network figures)
   bool shm = true;
   bool csv = false;
   std::vector<chorus::Collective> colls;

@@ -29,6 +29,7 @@ struct PeerInfo {
   int32_t rank;
   int32_t pid;
   uint64_t hostId;
+  uint64_t machineId;  // ranks sharing CPUs (topo/host_id.h localMachineId())
   int32_t shmDisabled;
   int32_t cpus;  // CPU cores this process may run on
   // Which of CPUs 0..kCpuMaskBits-1 those are (one bit per CPU); cpuMaskComplete is 0 when it

@@ -120,8 +120,8 @@ const std::vector<ParamDef> kParams = {
      "is "
      "usable",
      false},
-    {"HOSTID", ParamType::kString, "", "Override the host identity used to group ranks on one host",
-     false},
+    {"HOSTID", ParamType::kString, "",
+     "Override the host identity used to group ranks on one host (and on one machine)", false},
     // Data path
     {"BUFFSIZE", ParamType::kInt, "1048576",
      "Bytes of each connector FIFO (split into STEPS slots)", true},

@@ -76,16 +76,17 @@ void describeCpus(PeerInfo* me) {
   me->cpuMaskComplete = inMask == me->cpus ? 1 : 0;
 }
 
-// Cores per rank on one host: the fewest any of its ranks may run on, and no more than its
-// share of all the CPUs they may run on together (ranks bound to CPUs of their own, as a
-// launcher binds them, each have one core; four ranks on two cores half of one, however they
-// are bound). Without complete masks, the fewest CPUs any rank may use, shared by all.
-double hostCoresPerRank(const std::vector<PeerInfo>& peers, uint64_t hostId) {
+// Cores per rank on one machine (the ranks sharing a kernel, whichever host each is to the
+// transports): the fewest any of its ranks may run on, and no more than its share of all the
+// CPUs they may run on together (ranks bound to CPUs of their own, as a launcher binds them,
+// each have one core; four ranks on two cores half of one, however they are bound). Without
+// complete masks, the fewest CPUs any rank may use, shared by all.
+double machineCoresPerRank(const std::vector<PeerInfo>& peers, uint64_t machineId) {
   int local = 0, fewest = 1 << 30;
   bool complete = true;
   uint64_t all[kCpuMaskBits / 64] = {};
   for (const PeerInfo& p : peers) {
-    if (p.hostId != hostId) continue;
+    if (p.machineId != machineId) continue;
     ++local;
     fewest = std::min(fewest, std::max(1, static_cast<int>(p.cpus)));
     complete = complete && p.cpuMaskComplete != 0;
@@ -227,6 +228,7 @@ Status Communicator::init(const UniqueIdInfo& id) {
   me.rank = rank_;
   me.pid = getpid();
   me.hostId = localHostId();
+  me.machineId = localMachineId();
   me.shmDisabled = paramInt("SHM_DISABLE") != 0 ? 1 : 0;
   describeCpus(&me);
   me.nonce = randomNonce();
@@ -263,13 +265,16 @@ Status Communicator::init(const UniqueIdInfo& id) {
     if (std::find(hosts.begin(), hosts.end(), p.hostId) == hosts.end()) hosts.push_back(p.hostId);
   }
   tuning_.nnodes = static_cast<int>(hosts.size());
-  tuning_.coresPerRank = 1e9;
   for (uint64_t h : hosts) {
     int local = 0;
     for (const PeerInfo& p : peers_) local += p.hostId == h ? 1 : 0;
     tuning_.localRanks = std::max(tuning_.localRanks, local);
-    tuning_.coresPerRank = std::min(tuning_.coresPerRank, hostCoresPerRank(peers_, h));
   }
+  // Cores are counted per machine: hosts that are network namespaces or containers of one
+  // machine share its CPUs.
+  tuning_.coresPerRank = 1e9;
+  for (const PeerInfo& p : peers_)
+    tuning_.coresPerRank = std::min(tuning_.coresPerRank, machineCoresPerRank(peers_, p.machineId));
   tuning_.shm = !anyShmDisabled;
   // Spinning pays while every rank has a core; with more ranks than cores a waiting rank holds
   // the core its peer needs, so it spins briefly and then yields (CHORUS_SPIN_YIELD_US).

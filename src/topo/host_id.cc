@@ -45,4 +45,11 @@ uint64_t localHostId() {
   return hashText(localHostIdText());
 }
 
+uint64_t localMachineId() {
+  if (!paramString("HOSTID").empty()) return localHostId();
+  const std::string boot = readFirstLine("/proc/sys/kernel/random/boot_id");
+  if (boot.empty()) return localHostId();
+  return hashText("machine|" + boot);
+}
+
 }  // namespace chorus

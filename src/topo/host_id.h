@@ -11,5 +11,9 @@ namespace chorus {
 uint64_t localHostId();
 // The text the hash was made from (for logs and chorus-info).
 std::string localHostIdText();
+// Ranks with equal machine ids run on one kernel and share its CPUs, also from different
+// network namespaces or containers (hosts of their own to the transports): a hash of the kernel
+// boot id. Where CHORUS_HOSTID names the host, or the boot id cannot be read, the host id.
+uint64_t localMachineId();
 
 }  // namespace chorus

@@ -403,6 +403,20 @@ check_algorithm() {
   fi
 }
 
+# check_cores NAME ERR NRANKS: the hosts are namespaces of this machine, so the ranks share its
+# CPUs: the cost model must see this machine's CPUs over all the ranks, not a host's.
+check_cores() {
+  local name=$1 err=$2 nranks=$3
+  local expected seen
+  expected=$(awk -v c="$(nproc)" -v n="$nranks" 'BEGIN { printf "%.2f", c / n }')
+  seen=$(grep -oE '[0-9.]+ cores per rank' "$err" | head -n 1 | cut -d' ' -f1)
+  if [ "$seen" = "$expected" ]; then
+    record PASS "$name cores" "$seen cores per rank: $(nproc) CPUs shared by $nranks ranks"
+  else
+    record FAIL "$name cores" "model sees ${seen:-no} cores per rank, expected $expected"
+  fi
+}
+
 # run_case NAME HOSTS PLACEMENT TOOL [VAR=VALUE...]: a run expected to succeed; checks rank 0's
 # rows. Leaves the ranks' output in $WORK_DIR/NAME.
 run_case() {
@@ -518,6 +532,7 @@ for hosts in "${HOST_COUNTS[@]}"; do
     if DEBUG_SUBSYS=INIT,TUNING run_case "$name" "$hosts" contiguous all_reduce_perf \
       NCCL_ALGO="$algo"; then
       check_algorithm "$name" "$WORK_DIR/$name/0.err" "$algo"
+      check_cores "$name" "$WORK_DIR/$name/0.err" $((hosts * RANKS_PER_HOST))
     fi
   done
 

@@ -2,6 +2,8 @@
 // JSON topology files (round trips and every kind of error) and the queries over the fixtures.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -144,6 +146,36 @@ TEST(Discover, ThisMachineIsSane) {
     EXPECT_TRUE(t.ibDevices.empty());
   }
   expectRoundTrip(t);
+}
+
+// A network namespace of this machine is another host to the transports, and the same machine
+// (the same CPUs) to the cost model; CHORUS_HOSTID names a host whole, machine included.
+TEST(HostId, NetworkNamespacesOfOneMachineShareItsCpus) {
+  int pipeFds[2];
+  ASSERT_EQ(pipe(pipeFds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(pipeFds[0]);
+    if (unshare(CLONE_NEWNET) != 0) _exit(77);
+    const uint64_t ids[2] = {localHostId(), localMachineId()};
+    _exit(write(pipeFds[1], ids, sizeof(ids)) == static_cast<ssize_t>(sizeof(ids)) ? 0 : 1);
+  }
+  close(pipeFds[1]);
+  uint64_t ids[2] = {};
+  const ssize_t got = read(pipeFds[0], ids, sizeof(ids));
+  close(pipeFds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  if (WEXITSTATUS(status) == 77) GTEST_SKIP() << "cannot make a network namespace here";
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  ASSERT_EQ(got, static_cast<ssize_t>(sizeof(ids)));
+  EXPECT_NE(ids[0], localHostId());
+  EXPECT_EQ(ids[1], localMachineId());
+  EXPECT_NE(localMachineId(), localHostId());
+  ScopedEnv named("CHORUS_HOSTID", "rack1-node7");
+  EXPECT_EQ(localMachineId(), localHostId());
 }
 
 TEST(Discover, SysfsReaderAgreesWithDefault) {
