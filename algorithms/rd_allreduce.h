@@ -37,6 +37,19 @@ CHORUS_HOST_DEVICE inline int rdPowerOfTwo(int n) {
   return p;
 }
 
+// The i-th partner rank r of n exchanges with in rdAllReduce, in the order of its exchanges
+// (-1 past the last): a folded rank's partner below; else the folded rank above it, if any,
+// then r ^ 2^k for each step k.
+CHORUS_HOST_DEVICE inline int rdPartner(int n, int r, int i) {
+  const int pw = rdPowerOfTwo(n);
+  if (r >= pw) return i == 0 ? r - pw : -1;
+  if (r + pw < n) {
+    if (i == 0) return r + pw;
+    --i;
+  }
+  return (1 << i) < pw ? r ^ (1 << i) : -1;
+}
+
 template <class Prims>
 CHORUS_HOST_DEVICE bool rdAllReduce(Prims& p, const RdAllReduceShape& s) {
   const int n = s.nranks, r = s.rank;

@@ -155,10 +155,9 @@ Result<ProtoMask> protoOverride() {
 
 bool rdPartners(int nranks, int a, int b) {
   if (a == b || a < 0 || b < 0 || a >= nranks || b >= nranks) return false;
-  const int pw = rdPowerOfTwo(nranks);
-  if (a >= pw || b >= pw) return a - b == pw || b - a == pw;
-  const int x = a ^ b;
-  return (x & (x - 1)) == 0;
+  for (int i = 0, p; (p = rdPartner(nranks, a, i)) >= 0; ++i)
+    if (p == b) return true;
+  return false;
 }
 
 double predictDeviceUs(int nranks, Collective coll, Algo algo, Proto proto, int nchannels,

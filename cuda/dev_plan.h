@@ -24,9 +24,8 @@ const char* algoName(Algo a);    // "ring", "oneshot", "twoshot", "tree", "rd" (
 // ranks a and b are parent and child in either tree (then they have tree links).
 DevTreeNode devTreeNode(int nranks, int rank, int tree);
 bool treeNeighbours(int nranks, int a, int b);
-// Whether ranks a and b exchange in recursive doubling (algorithms/rd_allreduce.h): a ^ b a
-// power of two below the largest power of two p not above nranks, or one folded into the other
-// (b = a +- p).
+// Whether ranks a and b exchange in recursive doubling: b is one of a's rdPartner
+// (algorithms/rd_allreduce.h).
 bool rdPartners(int nranks, int a, int b);
 
 // The protocols the user allows: one bit per Proto.

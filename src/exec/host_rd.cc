@@ -129,13 +129,7 @@ class HostRdPrims {
 
 std::vector<int> rdPartners(int nranks, int rank) {
   std::vector<int> partners;
-  const int pw = rdPowerOfTwo(nranks);
-  if (rank >= pw) {
-    partners.push_back(rank - pw);
-    return partners;
-  }
-  if (rank + pw < nranks) partners.push_back(rank + pw);
-  for (int bit = 1; bit < pw; bit <<= 1) partners.push_back(rank ^ bit);
+  for (int i = 0, p; (p = rdPartner(nranks, rank, i)) >= 0; ++i) partners.push_back(p);
   return partners;
 }
 

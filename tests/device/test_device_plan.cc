@@ -280,6 +280,12 @@ TEST(DeviceTrees, RdPartnersAreTheRanksRecursiveDoublingExchangesWith) {
         EXPECT_EQ(rdPartners(n, r, q), talks) << n << " ranks, " << r << " and " << q;
         EXPECT_EQ(rdPartners(n, r, q), rdPartners(n, q, r));
       }
+      // rdPartner lists them in the order of the exchanges.
+      std::vector<int> order, listed;
+      for (int p : rec.peers)
+        if (std::find(order.begin(), order.end(), p) == order.end()) order.push_back(p);
+      for (int i = 0; rdPartner(n, r, i) >= 0; ++i) listed.push_back(rdPartner(n, r, i));
+      EXPECT_EQ(order, listed) << n << " ranks, rank " << r;
     }
   }
 }
