@@ -47,7 +47,8 @@ double medianPredictionError(const std::vector<Measurement>& measurements, const
   return median(errors);
 }
 
-Fit fitCostModel(const std::vector<Measurement>& measurements, const CostModel& start) {
+Fit fitCostModel(const std::vector<Measurement>& measurements, const CostModel& start,
+                 double maxCacheMiB) {
   Fit fit;
   fit.model = start;
   double best = objective(measurements, fit.model, start);
@@ -63,6 +64,7 @@ Fit fitCostModel(const std::vector<Measurement>& measurements, const CostModel& 
           trial.*(f.member) *= factor;
           const double ratio = trial.*(f.member) / start.*(f.member);
           if (ratio > 100 || ratio < 0.01) continue;
+          if (maxCacheMiB > 0 && trial.cacheMiB > maxCacheMiB) continue;
           const double o = objective(measurements, trial, start);
           if (o < best - 1e-12) {
             best = o;

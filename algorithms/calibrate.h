@@ -33,7 +33,10 @@ struct Fit {
 // to a few outliers), with a weak pull towards start so that figures no measurement depends on
 // keep their value. Every figure stays within a factor 100 of start's; the probed ones
 // (CostField::probed: measured directly, not through the algorithms) keep start's value.
-Fit fitCostModel(const std::vector<Measurement>& measurements, const CostModel& start);
+// cache_mib stays at or below maxCacheMiB where that is positive (the caches the machine has:
+// an edge past them fits noise, not a cache).
+Fit fitCostModel(const std::vector<Measurement>& measurements, const CostModel& start,
+                 double maxCacheMiB = 0);
 
 // The median of predictionError over the measurements model predicts (0 when none).
 double medianPredictionError(const std::vector<Measurement>& measurements, const CostModel& model);

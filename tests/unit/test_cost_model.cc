@@ -276,6 +276,21 @@ TEST(CostModel, TrafficBeyondTheCacheStreamsAtMemorySpeed) {
               2 * 1 + s * (hit / 12 + (1 - hit) / (20.0 / 5)) / 1e3, 1e-6 * s);
 }
 
+// The cache edge stays within the caches the machine has, however the times pull it.
+TEST(CostModelFit, TheCacheEdgeStaysWithinTheMachinesCaches) {
+  CostModel truth = otherMachine();
+  truth.cacheMiB = 64;
+  truth.dramGBps = 8;
+  CostModel start;
+  start.dramGBps = truth.dramGBps;
+  const chorus::Fit free = chorus::fitCostModel(synthetic(truth), start);
+  EXPECT_GT(free.model.cacheMiB, 48);
+  const chorus::Fit bounded = chorus::fitCostModel(synthetic(truth), start, 24);
+  EXPECT_LE(bounded.model.cacheMiB, 24);
+  start.cacheMiB = 20;
+  EXPECT_LE(chorus::fitCostModel(synthetic(truth), start, 24).model.cacheMiB, 24);
+}
+
 TEST(CostModelFit, OutliersDoNotDragTheFit) {
   const CostModel truth = otherMachine();
   std::vector<chorus::Measurement> ms = synthetic(truth);
