@@ -2,7 +2,8 @@
 # Settings compared across simulated hosts: H network namespaces of R rank processes each (shared
 # memory inside a host, TCP between hosts), every host's link optionally tbf-shaped to RATE. For
 # each size the perf tool runs once per VARIANT (environment settings, e.g. "CHORUS_ALGO=hier"
-# or "CHORUS_COMPRESS=bf16 CHORUS_SPIN_COUNT=20"), the variants alternating, ROUNDS times.
+# or "CHORUS_COMPRESS=bf16 CHORUS_SPIN_COUNT=20"; BUILD=DIR takes the tool from another build
+# directory), the variants alternating, ROUNDS times.
 # Prints per size and variant the median time (us per call, out of place), its bus bandwidth,
 # the time of the first variant over its own (above 1: faster than the first) and the algorithm
 # rank 0's selector logged for it. Needs root and iproute2; nothing is configured outside the
@@ -14,7 +15,7 @@ set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$here/build}
 if [ $# -lt 7 ]; then
-  sed -n '2,12p' "$0" >&2
+  sed -n '2,13p' "$0" >&2
   exit 2
 fi
 hosts=$1
@@ -32,10 +33,14 @@ netns_hosts_start "$tag" "$hosts" "$rate"
 
 nranks=$((hosts * per))
 port=29900
-# run NAME SIZE SETTINGS: one run of the tool on every rank with the settings (word-split);
-# rank 0's output and every rank's log (TUNING lines) kept.
+# run NAME SIZE SETTINGS: one run of the tool on every rank with the settings (word-split; a
+# setting BUILD=DIR runs DIR's perf tool, to compare two builds); rank 0's output and every
+# rank's log (TUNING lines) kept.
 run() {
-  local name=$1 size=$2 settings=$3 r h
+  local name=$1 size=$2 settings=$3 r h s exe="$build/perf/$tool"
+  for s in $settings; do
+    case $s in BUILD=*) exe="${s#BUILD=}/perf/$tool" ;; esac
+  done
   port=$((port + 1))
   for ((r = 0; r < nranks; r++)); do
     h=$((r / per))
@@ -44,7 +49,7 @@ run() {
       NCCL_COMM_ID=10.216.0.1:$port CHORUS_COMM_SECRET=0123456789abcdef \
       CHORUS_SOCKET_IFNAME=eth0 CHORUS_DEBUG=INFO CHORUS_DEBUG_SUBSYS=TUNING \
       CHORUS_DEBUG_FILE="$tmp/$name.log.%p" $settings \
-      "$build/perf/$tool" -b "$size" -e "$size" -n 10 -w 3 -c 0 \
+      "$exe" -b "$size" -e "$size" -n 10 -w 3 -c 0 \
       > "$tmp/$name.$r" 2>&1 &
   done
   wait
