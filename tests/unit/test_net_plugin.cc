@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -171,6 +172,39 @@ TEST(NetPluginChoice, FollowsNcclNetPluginAndNcclNet) {
       << wrongNet;
   const std::string unknown = chooseInChild({{"NCCL_NET_PLUGIN", v10}, {"NCCL_NET", "Foo"}});
   EXPECT_EQ(unknown.rfind("error 4: NCCL_NET=Foo: no such network", 0), 0u) << unknown;
+}
+
+// A rank's channels take the network devices on its NUMA node, else all of them.
+TEST(NetDevices, RanksTakeTheDevicesOnTheirNumaNode) {
+  using chorus::nearNetDevices;
+  EXPECT_EQ(nearNetDevices({1, 0}, 0), (std::vector<int>{1}));
+  EXPECT_EQ(nearNetDevices({0, 1, 0, 1}, 1), (std::vector<int>{1, 3}));
+  EXPECT_EQ(nearNetDevices({1, 1}, 0), (std::vector<int>{0, 1}));  // none near it
+  EXPECT_EQ(nearNetDevices({-1, -1}, 0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(nearNetDevices({0, 1}, -1), (std::vector<int>{0, 1}));  // its node unknown
+  EXPECT_TRUE(nearNetDevices({}, 0).empty());
+}
+
+TEST(NetDevices, NumaNodeFromTheDevicesSysfsDirectory) {
+  char dir[] = "/tmp/chorus-netdev-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string file = std::string(dir) + "/numa_node";
+  auto write = [&](const char* text) {
+    FILE* f = fopen(file.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fputs(text, f);
+    fclose(f);
+  };
+  EXPECT_EQ(chorus::netDeviceNumaNode(dir), -1);  // no numa_node file
+  write("1\n");
+  EXPECT_EQ(chorus::netDeviceNumaNode(dir), 1);
+  write("-1\n");  // what a machine without NUMA nodes shows
+  EXPECT_EQ(chorus::netDeviceNumaNode(dir), -1);
+  write("x\n");
+  EXPECT_EQ(chorus::netDeviceNumaNode(dir), -1);
+  EXPECT_EQ(chorus::netDeviceNumaNode(""), -1);  // a virtual device
+  unlink(file.c_str());
+  rmdir(dir);
 }
 
 TEST(NetPluginLoad, ExampleV11) {

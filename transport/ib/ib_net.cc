@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -55,7 +57,8 @@ struct Port {
   ib::LocalPort local;
   uint8_t gid[16] = {};
   double gbps = 0;
-  std::string label;  // "mlx5_0:1"
+  std::string label;    // "mlx5_0:1"
+  std::string pciPath;  // the HCA's PCI directory in /sys ("" when /sys does not show it)
 };
 
 struct Comm;
@@ -138,6 +141,7 @@ class IbNet final : public NetPlugin {
     out->maxRecvs = 1;
     out->ptrSupport = NCCL_PTR_HOST;
     out->maxMessageBytes = size_t(1) << 30;
+    out->pciPath = ports_[dev]->pciPath;
     return Status::ok();
   }
 
@@ -216,6 +220,9 @@ Status IbNet::discover() {
     memcpy(p->gid, f.gid, 16);
     p->gbps = f.gbps;
     p->label = f.device + ":" + std::to_string(f.local.port);
+    char resolved[PATH_MAX];
+    const std::string link = "/sys/class/infiniband/" + f.device + "/device";
+    if (realpath(link.c_str(), resolved) != nullptr) p->pciPath = resolved;
     ports_.push_back(std::move(p));
   }
   return Status::ok();

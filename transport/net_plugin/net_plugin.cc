@@ -101,6 +101,7 @@ class PluginOf final : public NetPlugin {
     out->speedMbps = p.speed;
     out->maxRecvs = p.maxRecvs;
     out->ptrSupport = p.ptrSupport;
+    out->pciPath = p.pciPath != nullptr ? p.pciPath : "";
     if constexpr (V >= 9)
       out->maxMessageBytes = p.maxP2pBytes > 0 ? p.maxP2pBytes : size_t(1) << 30;
     else
@@ -227,6 +228,25 @@ bool looksLikeFile(const std::string& s) {
 }
 
 }  // namespace
+
+int netDeviceNumaNode(const std::string& pciPath) {
+  if (pciPath.empty()) return -1;
+  FILE* f = fopen((pciPath + "/numa_node").c_str(), "re");
+  if (f == nullptr) return -1;
+  int node = -1;
+  if (fscanf(f, "%d", &node) != 1) node = -1;
+  fclose(f);
+  return node < 0 ? -1 : node;
+}
+
+std::vector<int> nearNetDevices(const std::vector<int>& deviceNodes, int node) {
+  std::vector<int> near, all;
+  for (int d = 0; d < static_cast<int>(deviceNodes.size()); ++d) {
+    all.push_back(d);
+    if (node >= 0 && deviceNodes[d] == node) near.push_back(d);
+  }
+  return near.empty() ? all : near;
+}
 
 std::vector<std::string> netPluginCandidates(const char* value) {
   std::vector<std::string> out;

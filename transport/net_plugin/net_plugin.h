@@ -21,6 +21,7 @@ class NetPlugin {
     int maxRecvs = 1;
     int ptrSupport = 0;
     size_t maxMessageBytes = 0;  // the largest isend (v8: 1 GiB, int sizes)
+    std::string pciPath;         // the device's directory in /sys ("": virtual or unknown)
   };
   virtual ~NetPlugin() = default;
   virtual const char* name() const = 0;  // the table's own name (what NCCL_NET matches)
@@ -61,6 +62,15 @@ Result<std::unique_ptr<NetPlugin>> loadNetPlugin(const std::string& library);
 // explicitly and that cannot be used, or an NCCL_NET that names no available network, is an
 // error.
 Result<NetPlugin*> processNetPlugin();
+
+// The NUMA node of a network device from its PCI directory in /sys (-1: unknown, virtual, or a
+// machine without NUMA nodes).
+int netDeviceNumaNode(const std::string& pciPath);
+
+// The devices a rank on NUMA node `node` sends and receives through, in the order its channels
+// take them: the devices on its node when there are any (its own memory and PCIe root), else all
+// of them. deviceNodes[d] is device d's node (-1: unknown).
+std::vector<int> nearNetDevices(const std::vector<int>& deviceNodes, int node);
 
 // When processNetPlugin left the sockets although Chorus's IB network was not turned off by
 // NCCL_NET: why the IB network could not be used ("" otherwise).

@@ -68,6 +68,7 @@ class NetTransport final : public Transport, public ProxyLink {
  public:
   NetTransport(const TransportContext& ctx, NetPlugin* plugin) : ctx_(ctx), plugin_(plugin) {
     doorbellFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    chooseDevices();
   }
 
   ~NetTransport() override {
@@ -145,12 +146,35 @@ class NetTransport final : public Transport, public ProxyLink {
   }
 
  private:
+  // The devices this rank's channels take in turn: those on its NUMA node, if any (a host with
+  // a NIC per socket, or per GPU, keeps each rank's traffic off the other socket), else all.
+  void chooseDevices() {
+    std::vector<int> nodes;
+    std::string where;
+    for (int d = 0; d < plugin_->devices(); ++d) {
+      NetPlugin::Properties p;
+      nodes.push_back(plugin_->properties(d, &p).isOk() ? netDeviceNumaNode(p.pciPath) : -1);
+      where += formatString("%s%d (NUMA node %d)", d == 0 ? "" : ", ", d, nodes.back());
+    }
+    const int node =
+        ctx_.peers != nullptr ? (*ctx_.peers)[static_cast<size_t>(ctx_.rank)].numaNode : -1;
+    devices_ = nearNetDevices(nodes, node);
+    if (devices_.empty()) devices_.push_back(0);
+    std::string chosen;
+    for (int d : devices_) chosen += formatString("%s%d", chosen.empty() ? "" : ",", d);
+    LOG_INFO(kSubsysNet,
+             "rank %d: net plugin %s devices %s; this rank is on NUMA node %d: its "
+             "channels use device%s %s",
+             ctx_.rank, plugin_->name(), where.c_str(), node, devices_.size() == 1 ? "" : "s",
+             chosen.c_str());
+  }
+
   std::unique_ptr<NetConn> newConn(bool isSend, int peer, int channel) {
     auto c = std::make_unique<NetConn>();
     c->isSend = isSend;
     c->peer = peer;
     c->channel = channel;
-    c->dev = channel % std::max(1, plugin_->devices());
+    c->dev = devices_[static_cast<size_t>(channel) % devices_.size()];
     c->memory = allocLocalFifo(ctx_.geometry, this, &c->fifo, &c->data);
     return c;
   }
@@ -360,7 +384,8 @@ class NetTransport final : public Transport, public ProxyLink {
 
   TransportContext ctx_;
   NetPlugin* plugin_;
-  std::mutex mutex_;  // one thread at a time calls the plugin
+  std::vector<int> devices_;  // chooseDevices()
+  std::mutex mutex_;          // one thread at a time calls the plugin
   std::vector<std::unique_ptr<NetConn>> conns_;
   std::thread proxy_;
   std::atomic<bool> stop_{false};

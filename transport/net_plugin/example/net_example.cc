@@ -2,7 +2,9 @@
 // example of the ABI in transport/net_plugin/net_abi.h, and what the tests load through
 // NCCL_NET_PLUGIN. It uses nothing of Chorus, as a third party's plugin would not. One device:
 // the first IPv4 interface that is up and not loopback (loopback when there is none;
-// EXAMPLE_NET_IFNAME names another). Every call is non-blocking: connect keeps its state in the
+// EXAMPLE_NET_IFNAME names another). EXAMPLE_NET_PCI_PATHS (comma-separated, up to 8) makes it
+// as many devices over that interface, each reporting its path as pciPath, as a host with
+// several NICs would. Every call is non-blocking: connect keeps its state in the
 // handle, and test() moves the bytes of a comm's requests, in order, as far as the socket
 // takes them. NET_EXAMPLE_MAX_VERSION (8 to 11) limits the tables it exports.
 #include <arpa/inet.h>
@@ -95,6 +97,32 @@ void setNonBlocking(int fd) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
+constexpr int kMaxDevices = 8;
+int gDevices = 1;
+char gPciPath[kMaxDevices][256];
+char gDevName[kMaxDevices][16];
+
+void readDevices() {
+  const char* paths = getenv("EXAMPLE_NET_PCI_PATHS");
+  gDevices = 1;
+  gPciPath[0][0] = '\0';
+  if (paths != nullptr && paths[0] != '\0') {
+    gDevices = 0;
+    for (const char* p = paths; *p != '\0' && gDevices < kMaxDevices;) {
+      const char* end = strchr(p, ',');
+      const size_t len = end != nullptr ? static_cast<size_t>(end - p) : strlen(p);
+      snprintf(gPciPath[gDevices], sizeof gPciPath[0], "%.*s", static_cast<int>(len), p);
+      ++gDevices;
+      p += len + (end != nullptr ? 1 : 0);
+    }
+  }
+  for (int d = 0; d < kMaxDevices; ++d) snprintf(gDevName[d], sizeof gDevName[0], "example%d", d);
+}
+
+bool badDev(int dev) {
+  return dev < 0 || dev >= gDevices;
+}
+
 ncclResult_t exampleInit() {
   const char* want = getenv("EXAMPLE_NET_IFNAME");
   memset(&gAddr, 0, sizeof gAddr);
@@ -115,20 +143,21 @@ ncclResult_t exampleInit() {
   gAddr.sin_port = 0;
   char text[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &gAddr.sin_addr, text, sizeof text);
-  EXAMPLE_INFO("example net plugin: device 0 is %s (%s)", gIfName, text);
+  readDevices();
+  EXAMPLE_INFO("example net plugin: %d device%s over %s (%s)", gDevices, gDevices == 1 ? "" : "s",
+               gIfName, text);
   return ncclSuccess;
 }
 
 ncclResult_t exampleDevices(int* n) {
-  *n = 1;
+  *n = gDevices;
   return ncclSuccess;
 }
 
 template <class Props>
-void fillCommon(Props* p) {
-  static char name[] = "example0";
-  p->name = name;
-  p->pciPath = nullptr;
+void fillCommon(int dev, Props* p) {
+  p->name = gDevName[dev];
+  p->pciPath = gPciPath[dev][0] != '\0' ? gPciPath[dev] : nullptr;
   p->guid = 0x4558;
   p->ptrSupport = NCCL_PTR_HOST;
   p->regIsGlobal = 0;
@@ -142,7 +171,7 @@ void fillCommon(Props* p) {
 }
 
 ncclResult_t exampleListen(int dev, void* opaque, void** listenComm) {
-  if (dev != 0) return ncclInvalidArgument;
+  if (badDev(dev)) return ncclInvalidArgument;
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return ncclSystemError;
   sockaddr_in a = gAddr;
@@ -177,7 +206,7 @@ Comm* newComm(int fd, bool isSend) {
 ncclResult_t exampleConnect(int dev, void* opaque, void** sendComm) {
   *sendComm = nullptr;
   auto* h = static_cast<Handle*>(opaque);
-  if (dev != 0 || h->magic != kHandleMagic) return ncclInvalidArgument;
+  if (badDev(dev) || h->magic != kHandleMagic) return ncclInvalidArgument;
   if (h->stage == 0) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return ncclSystemError;
@@ -350,23 +379,23 @@ ncclResult_t initV8(ncclDebugLogger_t log) {
   return exampleInit();
 }
 ncclResult_t propsV8(int dev, ncclNetProperties_v8_t* p) {
-  if (dev != 0) return ncclInvalidArgument;
-  fillCommon(p);
+  if (badDev(dev)) return ncclInvalidArgument;
+  fillCommon(dev, p);
   return ncclSuccess;
 }
 // The members v9 added, kept by v10 and v11.
 template <class Props>
-void fillFromV9(Props* p) {
-  fillCommon(p);
+void fillFromV9(int dev, Props* p) {
+  fillCommon(dev, p);
   p->forceFlush = 0;
   p->vProps.ndevs = 1;
-  p->vProps.devs[0] = 0;
+  p->vProps.devs[0] = dev;
   p->maxP2pBytes = size_t(1) << 30;
   p->maxCollBytes = size_t(1) << 30;
 }
 [[maybe_unused]] ncclResult_t propsV9(int dev, ncclNetProperties_v9_t* p) {
-  if (dev != 0) return ncclInvalidArgument;
-  fillFromV9(p);
+  if (badDev(dev)) return ncclInvalidArgument;
+  fillFromV9(dev, p);
   return ncclSuccess;
 }
 ncclResult_t connectV8(int dev, void* h, void** c, ncclNetDeviceHandle_v8_t**) {
@@ -414,8 +443,8 @@ int gContext = 0;
   return exampleInit();
 }
 [[maybe_unused]] ncclResult_t propsV11(int dev, ncclNetProperties_v11_t* p) {
-  if (dev != 0) return ncclInvalidArgument;
-  fillFromV9(p);
+  if (badDev(dev)) return ncclInvalidArgument;
+  fillFromV9(dev, p);
   p->maxMultiRequestSize = 1;
   return ncclSuccess;
 }

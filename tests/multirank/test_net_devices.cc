@@ -1,0 +1,102 @@
+// Network devices chosen by NUMA node: the example net plugin made three devices whose PCI
+// directories (fakes under a temporary directory) put device 0 on another node than this
+// machine's first CPUs and devices 1 and 2 on the same. Two rank processes with shared memory
+// disabled run all-reduce on two ring channels through the plugin: the result is exact, each
+// rank says which devices its channels take, and every link goes through the near ones, channel
+// by channel in turn.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <dirent.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "harness.h"
+
+namespace {
+
+std::string makeDevice(const std::string& root, const std::string& name, int node) {
+  const std::string dir = root + "/" + name;
+  EXPECT_EQ(mkdir(dir.c_str(), 0755), 0);
+  std::ofstream(dir + "/numa_node") << node << "\n";
+  return dir;
+}
+
+std::vector<std::string> readLogs(const std::string& dir) {
+  std::vector<std::string> lines;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return lines;
+  while (dirent* e = readdir(d)) {
+    if (std::string(e->d_name).rfind("log.", 0) != 0) continue;
+    std::ifstream in(dir + "/" + e->d_name);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+  }
+  closedir(d);
+  return lines;
+}
+
+TEST(NetDevices, ChannelsTakeTheDevicesOnTheRanksNumaNode) {
+  const char* plugin = getenv("NET_EXAMPLE_V11");
+  ASSERT_NE(plugin, nullptr);
+  char root[] = "/tmp/chorus-netdevs-XXXXXX";
+  ASSERT_NE(mkdtemp(root), nullptr);
+  // Node 0 for the near devices and 1 for the far one; which is near is read back from the
+  // ranks' logs (the node of their first CPU).
+  const std::string far = makeDevice(root, "far", 1);
+  const std::string near1 = makeDevice(root, "near1", 0);
+  const std::string near2 = makeDevice(root, "near2", 0);
+  const std::string logs = std::string(root) + "/logs";
+  ASSERT_EQ(mkdir(logs.c_str(), 0755), 0);
+  const size_t count = 1 << 18;
+  chorus_test::runRanks(
+      2, chorus_test::RankMode::kProcesses,
+      {"CHORUS_SHM_DISABLE=1", std::string("NCCL_NET_PLUGIN=") + plugin,
+       "EXAMPLE_NET_PCI_PATHS=" + far + "," + near1 + "," + near2, "CHORUS_ALGO=ring",
+       "CHORUS_MIN_CHANNELS=2", "CHORUS_MAX_CHANNELS=2", "CHORUS_DEBUG=INFO",
+       "CHORUS_DEBUG_SUBSYS=NET", "CHORUS_DEBUG_FILE=" + logs + "/log.%p"},
+      [&](int rank, int nranks, ncclComm_t& comm) {
+        std::vector<float> in(count), out(count, -1.0f);
+        for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i % 1000) + rank);
+        ASSERT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr),
+                  ncclSuccess);
+        for (size_t i = 0; i < count; ++i)
+          ASSERT_EQ(out[i], static_cast<float>(nranks * (i % 1000) + nranks * (nranks - 1) / 2))
+              << i;
+      });
+  const std::vector<std::string> lines = readLogs(logs);
+  const std::regex choice(
+      "this rank is on NUMA node (-?[0-9]+): its channels use devices? ([0-9,]+)");
+  const std::regex link("channel ([0-9]+) through net plugin ExampleSocket \\(device ([0-9]+)\\)");
+  std::set<int> nodes;
+  std::set<std::string> chosen;
+  std::set<std::pair<int, int>> links;  // (channel, device)
+  for (const std::string& line : lines) {
+    std::smatch m;
+    if (std::regex_search(line, m, choice)) {
+      nodes.insert(std::stoi(m[1]));
+      chosen.insert(m[2]);
+    }
+    if (std::regex_search(line, m, link)) links.insert({std::stoi(m[1]), std::stoi(m[2])});
+  }
+  std::filesystem::remove_all(root);
+  ASSERT_EQ(nodes.size(), 1u) << "both ranks log their node once";
+  const int node = *nodes.begin();
+  if (node != 0 && node != 1) GTEST_SKIP() << "this machine's first CPU is on NUMA node " << node;
+  ASSERT_FALSE(links.empty()) << "no link through the plugin was logged";
+  if (node == 0) {
+    EXPECT_EQ(chosen, std::set<std::string>{"1,2"});
+    EXPECT_EQ(links, (std::set<std::pair<int, int>>{{0, 1}, {1, 2}}));
+  } else {
+    EXPECT_EQ(chosen, std::set<std::string>{"0"});
+    EXPECT_EQ(links, (std::set<std::pair<int, int>>{{0, 0}, {1, 0}}));
+  }
+}
+
+}  // namespace
