@@ -43,7 +43,7 @@ std::vector<std::string> readLogs(const std::string& dir) {
 }
 
 TEST(NetDevices, ChannelsTakeTheDevicesOnTheRanksNumaNode) {
-  const char* plugin = getenv("NET_EXAMPLE_V11");
+  const char* plugin = getenv("NET_EXAMPLE");
   ASSERT_NE(plugin, nullptr);
   char root[] = "/tmp/chorus-netdevs-XXXXXX";
   ASSERT_NE(mkdtemp(root), nullptr);

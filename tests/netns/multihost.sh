@@ -511,11 +511,11 @@ for hosts in "${HOST_COUNTS[@]}"; do
 
   # NCCL_NET_PLUGIN loads the example net plugin (its own sockets), which then carries every
   # link between hosts: each collective through the newest version, all-reduce through the
-  # builds that stop at v10, v9 and v8.
-  for v in 11 10 9 8; do
+  # builds that stop at v11, v10, v9 and v8.
+  for v in 12 11 10 9 8; do
     lib="$PLUGIN_DIR/libnccl-net-example.so"
     plugin_tools=("${COLLECTIVES[@]}")
-    if [ "$v" -ne 11 ]; then
+    if [ "$v" -ne 12 ]; then
       lib="$PLUGIN_DIR/libnccl-net-example-v$v.so"
       plugin_tools=(all_reduce_perf)
     fi

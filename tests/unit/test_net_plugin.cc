@@ -1,7 +1,7 @@
 // NCCL's net plugin ABI in Chorus: the declarations' layout against the documented one (LP64),
 // how NCCL_NET_PLUGIN's value names libraries, and loading and using the example plugin of
-// each version (v11, v10, v9, v8) through Chorus's wrapper: a connection over loopback that moves
-// messages of several sizes, compared byte for byte.
+// each version (v12, v11, v10, v9, v8) through Chorus's wrapper: a connection over loopback that
+// moves messages of several sizes, compared byte for byte.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -59,6 +59,19 @@ static_assert(offsetof(ncclNet_v11_t, isend) == 10 * sizeof(void*), "");
 static_assert(offsetof(ncclNet_v11_t, makeVDevice) == 19 * sizeof(void*), "");
 static_assert(offsetof(ncclNet_v11_t, finalize) == 20 * sizeof(void*), "");
 static_assert(offsetof(ncclNet_v11_t, setNetAttr) == 21 * sizeof(void*), "");
+// v12: eight devices per virtual NIC, a rail and a plane at the end of the properties.
+static_assert(sizeof(ncclNetVDeviceProps_v12_t) == 36, "");
+static_assert(sizeof(ncclNetProperties_v12_t) == 128, "v12 properties");
+static_assert(offsetof(ncclNetProperties_v12_t, vProps) == 64, "");
+static_assert(offsetof(ncclNetProperties_v12_t, maxP2pBytes) == 104, "");
+static_assert(offsetof(ncclNetProperties_v12_t, maxCollBytes) == 112, "");
+static_assert(offsetof(ncclNetProperties_v12_t, maxMultiRequestSize) == 120, "");
+static_assert(offsetof(ncclNetProperties_v12_t, railId) == 124, "");
+static_assert(offsetof(ncclNetProperties_v12_t, planeId) == 126, "");
+static_assert(sizeof(ncclNet_v12_t) == 22 * sizeof(void*), "v12: 22 members");
+static_assert(offsetof(ncclNet_v12_t, regMrDmaBuf) == 8 * sizeof(void*), "");
+static_assert(offsetof(ncclNet_v12_t, irecv) == 11 * sizeof(void*), "");
+static_assert(offsetof(ncclNet_v12_t, setNetAttr) == 21 * sizeof(void*), "");
 
 TEST(NetPluginCandidates, FollowNcclNetPlugin) {
   using V = std::vector<std::string>;
@@ -81,8 +94,9 @@ TEST(NetPluginLoad, ErrorsSayWhy) {
       << missing.status().message();
   auto notPlugin = chorus::loadNetPlugin("libm.so.6");
   ASSERT_FALSE(notPlugin.isOk());
-  EXPECT_NE(notPlugin.status().message().find("exports no ncclNetPlugin_v11, _v10, _v9 or _v8"),
-            std::string::npos)
+  EXPECT_NE(
+      notPlugin.status().message().find("exports no ncclNetPlugin_v12, _v11, _v10, _v9 or _v8"),
+      std::string::npos)
       << notPlugin.status().message();
 }
 
@@ -101,6 +115,7 @@ void expectMessagesArrive(const char* env, int version) {
   EXPECT_EQ(props.maxRecvs, 1);
   EXPECT_EQ(props.ptrSupport, NCCL_PTR_HOST);
   EXPECT_EQ(props.maxMessageBytes, size_t(1) << 30);
+  EXPECT_EQ(props.pciPath, "");  // no EXAMPLE_NET_PCI_PATHS: a virtual device
 
   void* send = nullptr;
   void* recv = nullptr;
@@ -142,12 +157,15 @@ void expectMessagesArrive(const char* env, int version) {
 }
 
 TEST(NetPluginChoice, FollowsNcclNetPluginAndNcclNet) {
+  const char* v12 = getenv("NET_EXAMPLE_V12");
   const char* v11 = getenv("NET_EXAMPLE_V11");
   const char* v10 = getenv("NET_EXAMPLE_V10");
   const char* v9 = getenv("NET_EXAMPLE_V9");
+  ASSERT_NE(v12, nullptr);
   ASSERT_NE(v11, nullptr);
   ASSERT_NE(v10, nullptr);
   ASSERT_NE(v9, nullptr);
+  EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", v12}}), "ExampleSocket v12");
   EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", v11}}), "ExampleSocket v11");
   EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", v10}}), "ExampleSocket v10");
   EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", v9}}), "ExampleSocket v9");
@@ -207,7 +225,10 @@ TEST(NetDevices, NumaNodeFromTheDevicesSysfsDirectory) {
   rmdir(dir);
 }
 
-TEST(NetPluginLoad, ExampleV11) {
+TEST(NetPluginLoad, ExampleV12) {
+  expectMessagesArrive("NET_EXAMPLE_V12", 12);
+}
+TEST(NetPluginLoad, ExampleV11FallsBackFromV12) {
   expectMessagesArrive("NET_EXAMPLE_V11", 11);
 }
 TEST(NetPluginLoad, ExampleV10FallsBackFromV11) {

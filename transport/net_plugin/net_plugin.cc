@@ -37,7 +37,7 @@ void pluginLogger(ncclDebugLogLevel level, unsigned long flags, const char* file
   logWrite(ours, kSubsysNet, file != nullptr ? file : "plugin", line, "plugin: %s", text);
 }
 
-// v10 and v11 plugins may report events to a profiler; Chorus has none.
+// v10 and newer plugins may report events to a profiler; Chorus has none.
 ncclResult_t noProfiler(void** eHandle, int, void*, int64_t, void*) {
   if (eHandle != nullptr) *eHandle = nullptr;
   return ncclSuccess;
@@ -208,7 +208,7 @@ class PluginOf final : public NetPlugin {
   const Net* net_;
   std::string library_;
   int devices_ = 0;
-  void* ctx_ = nullptr;  // v11: what init gave, for listen and connect (the process's life)
+  void* ctx_ = nullptr;  // v11 and v12: what init gave, for listen and connect (the process's life)
 };
 
 #undef PLUGIN_CALL
@@ -277,10 +277,12 @@ Result<std::unique_ptr<NetPlugin>> loadNetPlugin(const std::string& library) {
     return invalidUsage("cannot load %s: %s", library.c_str(), why != nullptr ? why : "?");
   }
   Result<std::unique_ptr<NetPlugin>> p = invalidUsage(
-      "%s exports no ncclNetPlugin_v11, _v10, _v9 or _v8 (Chorus speaks net plugin versions 8 "
-      "to 11)",
+      "%s exports no ncclNetPlugin_v12, _v11, _v10, _v9 or _v8 (Chorus speaks net plugin "
+      "versions 8 to 12)",
       library.c_str());
-  if (void* t11 = dlsym(lib, "ncclNetPlugin_v11"))
+  if (void* t12 = dlsym(lib, "ncclNetPlugin_v12"))
+    p = startPlugin<ncclNet_v12_t, ncclNetProperties_v12_t, 12>(t12, library);
+  else if (void* t11 = dlsym(lib, "ncclNetPlugin_v11"))
     p = startPlugin<ncclNet_v11_t, ncclNetProperties_v11_t, 11>(t11, library);
   else if (void* t = dlsym(lib, "ncclNetPlugin_v10"))
     p = startPlugin<ncclNet_v10_t, ncclNetProperties_v10_t, 10>(t, library);

@@ -1,6 +1,6 @@
 // NCCL net plugins in Chorus: the library NCCL_NET_PLUGIN names is loaded with dlopen, its
-// newest table (ncclNetPlugin_v11, then v10, v9, v8) is taken, and the calls are wrapped behind
-// one interface with size_t sizes, whatever the version. The plugin transport
+// newest table (ncclNetPlugin_v12, then v11, v10, v9, v8) is taken, and the calls are wrapped
+// behind one interface with size_t sizes, whatever the version. The plugin transport
 // (net_transport.cc) moves FIFO slots through it between ranks on different hosts.
 #pragma once
 
@@ -25,7 +25,7 @@ class NetPlugin {
   };
   virtual ~NetPlugin() = default;
   virtual const char* name() const = 0;  // the table's own name (what NCCL_NET matches)
-  virtual int version() const = 0;       // 8, 9, 10 or 11
+  virtual int version() const = 0;       // 8 to 12
   virtual const std::string& library() const = 0;
   virtual int devices() const = 0;
   virtual Status properties(int dev, Properties* out) = 0;

@@ -6,7 +6,7 @@
 // as many devices over that interface, each reporting its path as pciPath, as a host with
 // several NICs would. Every call is non-blocking: connect keeps its state in the
 // handle, and test() moves the bytes of a comm's requests, in order, as far as the socket
-// takes them. NET_EXAMPLE_MAX_VERSION (8 to 11) limits the tables it exports.
+// takes them. NET_EXAMPLE_MAX_VERSION (8 to 12) limits the tables it exports.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -28,7 +28,7 @@
 #include "transport/net_plugin/net_abi.h"
 
 #ifndef NET_EXAMPLE_MAX_VERSION
-#define NET_EXAMPLE_MAX_VERSION 11
+#define NET_EXAMPLE_MAX_VERSION 12
 #endif
 
 namespace {
@@ -467,6 +467,22 @@ int gContext = 0;
   return ctx == &gContext ? ncclSuccess : ncclInvalidArgument;
 }
 
+// v12: the properties' virtual-NIC list holds up to 8 devices, and they end with a rail and a
+// plane (one of each here).
+[[maybe_unused]] ncclResult_t propsV12(int dev, ncclNetProperties_v12_t* p) {
+  if (badDev(dev)) return ncclInvalidArgument;
+  fillCommon(dev, p);
+  p->forceFlush = 0;
+  p->vProps.ndevs = 1;
+  p->vProps.devs[0] = dev;
+  p->maxP2pBytes = size_t(1) << 30;
+  p->maxCollBytes = size_t(1) << 30;
+  p->maxMultiRequestSize = 1;
+  p->railId = 0;
+  p->planeId = 0;
+  return ncclSuccess;
+}
+
 }  // namespace
 
 // Not const: a const object at namespace scope would have internal linkage in C++.
@@ -526,6 +542,14 @@ __attribute__((visibility("default"))) ncclNet_v10_t ncclNetPlugin_v10 = {
 #if NET_EXAMPLE_MAX_VERSION >= 11
 __attribute__((visibility("default"))) ncclNet_v11_t ncclNetPlugin_v11 = {
     "ExampleSocket", initV11,      exampleDevices, propsV11,       listenV11,          connectV11,
+    acceptAny,       exampleRegMr, nullptr,        exampleDeregMr, isendV10,           irecvV10,
+    exampleIflush,   exampleTest,  exampleClose,   exampleClose,   exampleCloseListen, nullptr,
+    nullptr,         nullptr,      finalizeV11,    nullptr};
+#endif
+
+#if NET_EXAMPLE_MAX_VERSION >= 12
+__attribute__((visibility("default"))) ncclNet_v12_t ncclNetPlugin_v12 = {
+    "ExampleSocket", initV11,      exampleDevices, propsV12,       listenV11,          connectV11,
     acceptAny,       exampleRegMr, nullptr,        exampleDeregMr, isendV10,           irecvV10,
     exampleIflush,   exampleTest,  exampleClose,   exampleClose,   exampleCloseListen, nullptr,
     nullptr,         nullptr,      finalizeV11,    nullptr};
