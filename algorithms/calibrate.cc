@@ -51,6 +51,7 @@ Fit fitCostModel(const std::vector<Measurement>& measurements, const CostModel& 
                  double maxCacheMiB) {
   Fit fit;
   fit.model = start;
+  if (maxCacheMiB > 0 && fit.model.cacheMiB > maxCacheMiB) fit.model.cacheMiB = maxCacheMiB;
   double best = objective(measurements, fit.model, start);
   // Coordinate descent in log space: each figure in turn is scaled up or down while that helps,
   // with steps that shrink once no figure moves.

@@ -43,14 +43,16 @@ void usage(FILE* out) {
       "Starts N ranks of cmd on this host. Each rank gets CHORUS_RANK, CHORUS_NRANKS,\n"
       "CHORUS_LOCAL_RANK, CHORUS_LOCAL_NRANKS, NCCL_COMM_ID=127.0.0.1:<free port> (unless\n"
       "CHORUS_COMM_ID or NCCL_COMM_ID is already set) and CHORUS_COMM_SECRET (unless set).\n"
-      "Ranks read stdin from /dev/null. If a rank fails, the others get SIGTERM, then\n"
-      "SIGKILL %d s later, and chorusrun exits with the failing rank's status\n"
-      "(128+signal for a signal).\n"
+      "Ranks read stdin from /dev/null. If a rank fails, the others get SIGTERM (after\n"
+      "--linger seconds), then SIGKILL %d s later, and chorusrun exits with the first\n"
+      "failing rank's status (128+signal for a signal).\n"
       "\n"
       "options:\n"
       "  -n, --nranks N       number of ranks, 1..%d (required)\n"
       "  -x VAR=VALUE         set VAR in every rank's environment (repeatable)\n"
       "  --timeout SECONDS    terminate all ranks after SECONDS; exit status 124\n"
+      "  --linger SECONDS     once a rank failed, leave the others SECONDS to end on their\n"
+      "                       own (and report their own errors) before SIGTERM (default 0)\n"
       "  --bind cpu|none      cpu (default): bind each rank to a block of the CPUs chorusrun\n"
       "                       may use, in rank order: C/N of them each for N ranks on C CPUs,\n"
       "                       one CPU shared by consecutive ranks when N > C; none: no binding\n"
@@ -70,6 +72,7 @@ struct Options {
   int nranks = 0;
   bool prefix = false;
   double timeoutSec = 0;
+  double lingerSec = 0;
   bool bind = true;
   std::vector<std::string> extraEnv;
   std::vector<char*> command;  // null-terminated for execvp
@@ -116,6 +119,13 @@ Options parseOptions(int argc, char** argv) {
       if (end == v || *end != '\0' || !(t > 0))
         usageError(std::string("--timeout expects seconds > 0, got '") + v + "'");
       opt.timeoutSec = t;
+    } else if (arg == "--linger") {
+      const char* v = value("--linger");
+      char* end = nullptr;
+      double t = std::strtod(v, &end);
+      if (end == v || *end != '\0' || !(t >= 0) || t > 3600)
+        usageError(std::string("--linger expects seconds from 0 to 3600, got '") + v + "'");
+      opt.lingerSec = t;
     } else if (arg == "--tag-output") {
       opt.prefix = true;
     } else if (arg == "--no-prefix") {
@@ -438,7 +448,7 @@ class Launcher {
     rank.out.drain();
     rank.err.drain();
     bool failed = !WIFEXITED(status) || WEXITSTATUS(status) != 0;
-    if (!failed || terminating_) return;
+    if (!failed || terminating_ || termAt_) return;
     if (WIFSIGNALED(status)) {
       int sig = WTERMSIG(status);
       std::fprintf(stderr, "chorusrun: rank %d (pid %d) was killed by signal %d (%s)\n", r,
@@ -450,6 +460,13 @@ class Launcher {
       exitCode_ = WEXITSTATUS(status);
     }
     int left = runningCount();
+    if (left > 0 && opt_.lingerSec > 0) {
+      std::fprintf(stderr, "chorusrun: terminating the other %d rank%s in %g s\n", left,
+                   left == 1 ? "" : "s", opt_.lingerSec);
+      termAt_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(opt_.lingerSec));
+      return;
+    }
     if (left > 0)
       std::fprintf(stderr, "chorusrun: terminating the other %d rank%s\n", left,
                    left == 1 ? "" : "s");
@@ -502,7 +519,15 @@ class Launcher {
       if (runningCount() > 0 && !terminating_) {
         std::fprintf(stderr, "chorusrun: timeout after %g s, terminating %d running rank(s)\n",
                      opt_.timeoutSec, runningCount());
-        exitCode_ = 124;
+        if (exitCode_ == 0) exitCode_ = 124;  // not a failing rank's, if one lingers
+        beginTermination(SIGTERM);
+      }
+    }
+    if (termAt_ && now >= *termAt_) {
+      termAt_.reset();
+      if (runningCount() > 0 && !terminating_) {
+        std::fprintf(stderr, "chorusrun: terminating the %d rank(s) still running\n",
+                     runningCount());
         beginTermination(SIGTERM);
       }
     }
@@ -518,7 +543,7 @@ class Launcher {
 
   int pollTimeoutMs() const {
     std::optional<Clock::time_point> next;
-    for (const auto& t : {timeoutAt_, killAt_, drainUntil_})
+    for (const auto& t : {timeoutAt_, termAt_, killAt_, drainUntil_})
       if (t && (!next || *t < *next)) next = t;
     if (!next) return -1;
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*next - Clock::now()).count();
@@ -568,7 +593,7 @@ class Launcher {
   int exitCode_ = 0;
   bool terminating_ = false;
   bool forwarded_ = false;
-  std::optional<Clock::time_point> timeoutAt_, killAt_, drainUntil_;
+  std::optional<Clock::time_point> timeoutAt_, termAt_, killAt_, drainUntil_;
 };
 
 }  // namespace

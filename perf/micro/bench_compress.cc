@@ -2,6 +2,7 @@
 // builds, encoding with error feedback (as the all-reduce calls it) and decoding into a sum, for
 // bf16 and fp8 from float and double. Rates count the values' own bytes (the uncompressed side),
 // the figure to set against a link's rate.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <memory>

@@ -78,6 +78,11 @@ const std::vector<ParamDef> kParams = {
      "transport, or Socket for its TCP transport (unset: the plugin when one loaded, else IB "
      "when an HCA port is active, else Socket)",
      true},
+    {"NET_NUMA_DEVICES", ParamType::kInt, "1",
+     "1: a rank's channels take the network devices on its NUMA node (all when none is); 0: "
+     "channel c takes device c mod devices on every rank, so both ends of a link use the same "
+     "device index (fabrics whose rails do not reach each other)",
+     false},
     {"IB_DISABLE", ParamType::kInt, "0",
      "1: never use the InfiniBand/RoCE network (Chorus's verbs transport), even where HCAs are "
      "active",

@@ -1,6 +1,5 @@
 #include "core/comm.h"
 
-#include <sched.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -12,6 +11,7 @@
 #include "algorithms/topo_graph.h"
 #include "common/param.h"
 #include "transport/net_plugin/net_plugin.h"
+#include "core/peer_cpus.h"
 #include "core/topo_report.h"
 #include "exec/call_tag.h"
 #include "exec/compress.h"
@@ -55,50 +55,6 @@ uint64_t randomNonce() {
   return v;
 }
 
-// The CPUs this process may run on: their count, and which of the first kCpuMaskBits they are.
-void describeCpus(PeerInfo* me) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::memset(me->cpuMask, 0, sizeof(me->cpuMask));
-  me->cpuMaskComplete = 0;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    me->cpus = n > 0 ? static_cast<int>(n) : 1;
-    return;
-  }
-  me->cpus = CPU_COUNT(&set);
-  int inMask = 0;
-  for (int cpu = 0; cpu < kCpuMaskBits && cpu < CPU_SETSIZE; ++cpu) {
-    if (!CPU_ISSET(cpu, &set)) continue;
-    me->cpuMask[cpu / 64] |= uint64_t{1} << (cpu % 64);
-    ++inMask;
-  }
-  me->cpuMaskComplete = inMask == me->cpus ? 1 : 0;
-}
-
-// Cores per rank on one machine (the ranks sharing a kernel, whichever host each is to the
-// transports): the fewest any of its ranks may run on, and no more than its share of all the
-// CPUs they may run on together (ranks bound to CPUs of their own, as a launcher binds them,
-// each have one core; four ranks on two cores half of one, however they are bound). Without
-// complete masks, the fewest CPUs any rank may use, shared by all.
-double machineCoresPerRank(const std::vector<PeerInfo>& peers, uint64_t machineId) {
-  int local = 0, fewest = 1 << 30;
-  bool complete = true;
-  uint64_t all[kCpuMaskBits / 64] = {};
-  for (const PeerInfo& p : peers) {
-    if (p.machineId != machineId) continue;
-    ++local;
-    fewest = std::min(fewest, std::max(1, static_cast<int>(p.cpus)));
-    complete = complete && p.cpuMaskComplete != 0;
-    for (int w = 0; w < kCpuMaskBits / 64; ++w) all[w] |= p.cpuMask[w];
-  }
-  if (local == 0) return 1e9;
-  if (!complete) return static_cast<double>(fewest) / local;
-  int together = 0;
-  for (uint64_t w : all) together += __builtin_popcountll(w);
-  return std::min(static_cast<double>(fewest), static_cast<double>(std::max(1, together)) / local);
-}
-
 // "4 KiB" style label of the power-of-two size class that bytes falls in.
 std::string sizeClassLabel(int log2Bytes) {
   static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -128,8 +84,7 @@ Communicator::~Communicator() {
   }
   hierCross.reset();
   hierLocal.reset();
-  // Shared-memory names a peer that died made before its peers could remove them.
-  if (hasAsyncError_.load() || abort_.isRaised()) removeLeftNames();
+  removeLeftNames();  // those a peer that died made before its peers could remove them
   // The watch first: it reports into this communicator. Then idle channel workers. The
   // proxies then deliver what was posted (peers may still be receiving the end of the last
   // collective), and stop before the members they report errors to go away.
@@ -272,9 +227,7 @@ Status Communicator::init(const UniqueIdInfo& id) {
   }
   // Cores are counted per machine: hosts that are network namespaces or containers of one
   // machine share its CPUs.
-  tuning_.coresPerRank = 1e9;
-  for (const PeerInfo& p : peers_)
-    tuning_.coresPerRank = std::min(tuning_.coresPerRank, machineCoresPerRank(peers_, p.machineId));
+  tuning_.coresPerRank = fewestCoresPerRank(peers_);
   tuning_.shm = !anyShmDisabled;
   // Spinning pays while every rank has a core; with more ranks than cores a waiting rank holds
   // the core its peer needs, so it spins briefly and then yields (CHORUS_SPIN_YIELD_US).

@@ -210,8 +210,10 @@ class Communicator final : public ErrorSink {
   Status connectP2p(const std::vector<P2pOp>& ops);
   Transport* transportFor(const PeerInfo& peer);
   void failIfOutOfStep(const Status& failure, bool connecting = false);
-  // Unlinks every shared-memory name of this communicator still in /dev/shm (a failed one's
-  // peers may have died between making a name and the exchange that removes it).
+  // Unlinks the shared-memory names of this communicator still in /dev/shm that ranks which died
+  // made (a rank may die between making a name and the exchange that removes it): every rank's
+  // names once the communicator failed, else those of the local peers seen gone without
+  // destroying theirs.
   void removeLeftNames() const;
   // Turns an executor failure into the error the user should see (the async cause first).
   Status explain(const Status& failure) const;

@@ -4,8 +4,13 @@
 #include <dirent.h>
 #include <sys/mman.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "common/log.h"
 #include "common/param.h"
@@ -154,14 +159,32 @@ std::string Communicator::failureText() const {
 }
 
 void Communicator::removeLeftNames() const {
-  if (transportCtx_.commTag.empty()) return;
+  std::vector<int> died;
+  const bool all = hasAsyncError_.load() || abort_.isRaised();
+  if (!all) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (peerWatch_) died = peerWatch_->diedRanks();
+  }
+  if (transportCtx_.commTag.empty() || (!all && died.empty())) return;
   const std::string prefix = "chorus-" + transportCtx_.commTag + "-";
+  // The maker's rank in a name: <rank>-<peer>-<channel>, direct-<rank> or live-<rank>.
+  auto madeBy = [](const std::string& rest) {
+    std::string r = rest;
+    for (const char* kind : {"direct-", "live-"})
+      if (r.compare(0, strlen(kind), kind) == 0) r = r.substr(strlen(kind));
+    return r.empty() || !isdigit(static_cast<unsigned char>(r[0])) ? -1 : atoi(r.c_str());
+  };
   DIR* d = opendir("/dev/shm");
   if (d == nullptr) return;
   while (dirent* e = readdir(d)) {
-    if (std::string(e->d_name).compare(0, prefix.size(), prefix) != 0) continue;
-    if (shm_unlink((std::string("/") + e->d_name).c_str()) == 0)
-      LOG_INFO(kSubsysShm, "rank %d: removed /dev/shm/%s, left by a failed peer", rank_, e->d_name);
+    const std::string name = e->d_name;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (!all &&
+        std::find(died.begin(), died.end(), madeBy(name.substr(prefix.size()))) == died.end())
+      continue;
+    if (shm_unlink(("/" + name).c_str()) == 0)
+      LOG_INFO(kSubsysShm, "rank %d: removed /dev/shm/%s, left by a failed peer", rank_,
+               name.c_str());
   }
   closedir(d);
 }

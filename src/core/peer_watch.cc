@@ -152,6 +152,13 @@ PeerWatch::State PeerWatch::state(size_t i) const {
   return State::kDied;
 }
 
+std::vector<int> PeerWatch::diedRanks() const {
+  std::vector<int> died;
+  for (size_t i = 0; i < peers_.size(); ++i)
+    if (state(i) == State::kDied) died.push_back(peers_[i].rank);
+  return died;
+}
+
 void PeerWatch::publishCall(const CallTag& tag) {
   if (ownBoard_ == nullptr) return;
   Board& b = *ownBoard_;

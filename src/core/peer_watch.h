@@ -68,6 +68,9 @@ class PeerWatch {
   // without.
   enum class State { kAlive, kLeft, kDied };
   State state(size_t i) const;
+  // The watched peers gone without destroying their communicator (their shared-memory names
+  // may be left: Communicator::removeLeftNames).
+  std::vector<int> diedRanks() const;
 
  private:
   static constexpr char kLeft = 1;  // written into the file by a rank that destroys its comm

@@ -3,7 +3,7 @@
 // machine's first CPUs and devices 1 and 2 on the same. Two rank processes with shared memory
 // disabled run all-reduce on two ring channels through the plugin: the result is exact, each
 // rank says which devices its channels take, and every link goes through the near ones, channel
-// by channel in turn.
+// by channel in turn; with CHORUS_NET_NUMA_DEVICES=0, channel c through device c.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -42,26 +42,34 @@ std::vector<std::string> readLogs(const std::string& dir) {
   return lines;
 }
 
-TEST(NetDevices, ChannelsTakeTheDevicesOnTheRanksNumaNode) {
-  const char* plugin = getenv("NET_EXAMPLE");
-  ASSERT_NE(plugin, nullptr);
-  char root[] = "/tmp/chorus-netdevs-XXXXXX";
-  ASSERT_NE(mkdtemp(root), nullptr);
-  // Node 0 for the near devices and 1 for the far one; which is near is read back from the
-  // ranks' logs (the node of their first CPU).
-  const std::string far = makeDevice(root, "far", 1);
-  const std::string near1 = makeDevice(root, "near1", 0);
-  const std::string near2 = makeDevice(root, "near2", 0);
-  const std::string logs = std::string(root) + "/logs";
-  ASSERT_EQ(mkdir(logs.c_str(), 0755), 0);
+// What the ranks' logs say of one run: each rank's NUMA node and chosen devices, and every
+// link through the plugin as (channel, device).
+struct Seen {
+  std::set<int> nodes;
+  std::set<std::string> chosen;
+  std::set<std::pair<int, int>> links;
+};
+
+// Two rank processes run an exact all-reduce on two ring channels through the example plugin
+// with the devices in paths (and the settings in extra); logs go to a directory of their own.
+Seen runThroughPlugin(const std::string& root, const std::string& paths,
+                      const std::vector<std::string>& extra) {
+  static int runs = 0;
+  const std::string logs = root + "/logs" + std::to_string(++runs);
+  EXPECT_EQ(mkdir(logs.c_str(), 0755), 0);
+  std::vector<std::string> env = {"CHORUS_SHM_DISABLE=1",
+                                  std::string("NCCL_NET_PLUGIN=") + getenv("NET_EXAMPLE"),
+                                  "EXAMPLE_NET_PCI_PATHS=" + paths,
+                                  "CHORUS_ALGO=ring",
+                                  "CHORUS_MIN_CHANNELS=2",
+                                  "CHORUS_MAX_CHANNELS=2",
+                                  "CHORUS_DEBUG=INFO",
+                                  "CHORUS_DEBUG_SUBSYS=NET",
+                                  "CHORUS_DEBUG_FILE=" + logs + "/log.%p"};
+  env.insert(env.end(), extra.begin(), extra.end());
   const size_t count = 1 << 18;
   chorus_test::runRanks(
-      2, chorus_test::RankMode::kProcesses,
-      {"CHORUS_SHM_DISABLE=1", std::string("NCCL_NET_PLUGIN=") + plugin,
-       "EXAMPLE_NET_PCI_PATHS=" + far + "," + near1 + "," + near2, "CHORUS_ALGO=ring",
-       "CHORUS_MIN_CHANNELS=2", "CHORUS_MAX_CHANNELS=2", "CHORUS_DEBUG=INFO",
-       "CHORUS_DEBUG_SUBSYS=NET", "CHORUS_DEBUG_FILE=" + logs + "/log.%p"},
-      [&](int rank, int nranks, ncclComm_t& comm) {
+      2, chorus_test::RankMode::kProcesses, env, [&](int rank, int nranks, ncclComm_t& comm) {
         std::vector<float> in(count), out(count, -1.0f);
         for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i % 1000) + rank);
         ASSERT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr),
@@ -70,32 +78,45 @@ TEST(NetDevices, ChannelsTakeTheDevicesOnTheRanksNumaNode) {
           ASSERT_EQ(out[i], static_cast<float>(nranks * (i % 1000) + nranks * (nranks - 1) / 2))
               << i;
       });
-  const std::vector<std::string> lines = readLogs(logs);
   const std::regex choice(
       "this rank is on NUMA node (-?[0-9]+): its channels use devices? ([0-9,]+)");
   const std::regex link("channel ([0-9]+) through net plugin ExampleSocket \\(device ([0-9]+)\\)");
-  std::set<int> nodes;
-  std::set<std::string> chosen;
-  std::set<std::pair<int, int>> links;  // (channel, device)
-  for (const std::string& line : lines) {
+  Seen seen;
+  for (const std::string& line : readLogs(logs)) {
     std::smatch m;
     if (std::regex_search(line, m, choice)) {
-      nodes.insert(std::stoi(m[1]));
-      chosen.insert(m[2]);
+      seen.nodes.insert(std::stoi(m[1]));
+      seen.chosen.insert(m[2]);
     }
-    if (std::regex_search(line, m, link)) links.insert({std::stoi(m[1]), std::stoi(m[2])});
+    if (std::regex_search(line, m, link)) seen.links.insert({std::stoi(m[1]), std::stoi(m[2])});
   }
+  return seen;
+}
+
+TEST(NetDevices, ChannelsTakeTheDevicesOnTheRanksNumaNode) {
+  ASSERT_NE(getenv("NET_EXAMPLE"), nullptr);
+  char dir[] = "/tmp/chorus-netdevs-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string root = dir;
+  // Node 0 for the near devices and 1 for the far one; which is near is read back from the
+  // ranks' logs (the node of their first CPU).
+  const std::string paths = makeDevice(root, "far", 1) + "," + makeDevice(root, "near1", 0) + "," +
+                            makeDevice(root, "near2", 0);
+  const Seen byNuma = runThroughPlugin(root, paths, {});
+  // Off: channel c takes device c on both ranks, whatever their node.
+  const Seen byIndex = runThroughPlugin(root, paths, {"CHORUS_NET_NUMA_DEVICES=0"});
   std::filesystem::remove_all(root);
-  ASSERT_EQ(nodes.size(), 1u) << "both ranks log their node once";
-  const int node = *nodes.begin();
+  EXPECT_EQ(byIndex.chosen, std::set<std::string>{"0,1,2"});
+  EXPECT_EQ(byIndex.links, (std::set<std::pair<int, int>>{{0, 0}, {1, 1}}));
+  ASSERT_EQ(byNuma.nodes.size(), 1u) << "both ranks log their node once";
+  const int node = *byNuma.nodes.begin();
   if (node != 0 && node != 1) GTEST_SKIP() << "this machine's first CPU is on NUMA node " << node;
-  ASSERT_FALSE(links.empty()) << "no link through the plugin was logged";
   if (node == 0) {
-    EXPECT_EQ(chosen, std::set<std::string>{"1,2"});
-    EXPECT_EQ(links, (std::set<std::pair<int, int>>{{0, 1}, {1, 2}}));
+    EXPECT_EQ(byNuma.chosen, std::set<std::string>{"1,2"});
+    EXPECT_EQ(byNuma.links, (std::set<std::pair<int, int>>{{0, 1}, {1, 2}}));
   } else {
-    EXPECT_EQ(chosen, std::set<std::string>{"0"});
-    EXPECT_EQ(links, (std::set<std::pair<int, int>>{{0, 0}, {1, 0}}));
+    EXPECT_EQ(byNuma.chosen, std::set<std::string>{"0"});
+    EXPECT_EQ(byNuma.links, (std::set<std::pair<int, int>>{{0, 0}, {1, 0}}));
   }
 }
 

@@ -108,6 +108,26 @@ check "chorusrun relays lines unprefixed; --tag-output prefixes the rank" \
   $([ "$(sort "$tmp/plain.txt" | tr '\n' ,)" = "line of 0,line of 1," ] \
     && [ "$(sort "$tmp/tagged.txt" | tr '\n' ,)" = "[0] line of 0,[1] line of 1," ]; echo $?)
 
+# A failing rank: the others get SIGTERM at once, or, with --linger, time to end on their own
+# (rank 1 here ends 1 s after rank 0 fails, with status 5); the first failure's status is
+# chorusrun's.
+failing='if [ $CHORUS_RANK = 0 ]; then exit 3; fi; sleep $WAIT; echo "rank 1 done"; exit 5'
+WAIT=1 timeout 60 "$run" -n 2 sh -c "$failing" > "$tmp/nolinger.txt" 2>&1
+status=$?
+check "a failing rank ends the others at once (exit $status)" \
+  $([ $status -eq 3 ] && ! grep -q "rank 1 done" "$tmp/nolinger.txt"; echo $?)
+WAIT=1 timeout 60 "$run" -n 2 --linger 20 sh -c "$failing" > "$tmp/linger.txt" 2>&1
+status=$?
+check "--linger leaves the others time to end on their own (exit $status)" \
+  $([ $status -eq 3 ] && grep -q "rank 1 done" "$tmp/linger.txt" \
+    && ! grep -q "still running" "$tmp/linger.txt"; echo $?)
+start=$(date +%s)
+WAIT=30 timeout 60 "$run" -n 2 --linger 0.5 sh -c "$failing" > "$tmp/linger2.txt" 2>&1
+status=$? took=$(($(date +%s) - start))
+check "--linger then ends the ranks still running with SIGTERM (exit $status, ${took} s)" \
+  $([ $status -eq 3 ] && [ $took -lt 20 ] && ! grep -q "rank 1 done" "$tmp/linger2.txt" \
+    && grep -q "terminating the 1 rank(s) still running" "$tmp/linger2.txt"; echo $?)
+
 # A bad override fails init, naming the variable.
 NCCL_ALGO=ringg timeout 120 "$run" -n 2 "$perf" -b 8 -e 8 > "$tmp/badinit.txt" 2>&1
 status=$?

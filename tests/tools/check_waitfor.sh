@@ -3,7 +3,8 @@
 # all-reduces. SIGUSR1 makes the two others write their pending operations at once
 # (CHORUS_DUMP); then they time out (CHORUS_TIMEOUT=4) with an error that says which rank each
 # waits for and where, write their dumps again, and chorus-waitfor names the stopped rank as the
-# root of the wait-for graph. Once with the two-shot all-reduce (every rank waits on the stopped
+# root of the wait-for graph (chorusrun --linger leaves the second rank to fail on its own
+# once the first did). Once with the two-shot all-reduce (every rank waits on the stopped
 # one) and once with the ring (a chain of waits that ends there).
 # usage: check_waitfor.sh <chorusrun> <all_reduce_perf> <chorus-waitfor>
 set -u
@@ -26,7 +27,8 @@ check_root() {  # what, graph file: chorus-waitfor over $dir names rank 2 as the
 for algo in twoshot ring; do
   dir=$tmp/$algo
   mkdir -p "$dir"
-  CHORUS_ALGO=$algo CHORUS_DUMP=$dir CHORUS_TIMEOUT=4 timeout 60 "$run" -n 3 --tag-output "$perf" \
+  CHORUS_ALGO=$algo CHORUS_DUMP=$dir CHORUS_TIMEOUT=4 timeout 60 "$run" -n 3 --tag-output \
+    --linger 40 "$perf" \
     -b 1M -e 1M -n 1000000 -w 0 -c 0 > "$dir/out.log" 2>&1 &
   launcher=$!
   # all_reduce_perf prints every rank's pid; rank 2 is stopped once the timed loop runs.
@@ -54,9 +56,15 @@ for algo in twoshot ring; do
   check "$algo: SIGUSR1 made both running ranks write a dump (got $signalled)" \
     $([ "$signalled" -eq 2 ]; echo $?)
   check_root "from the signal dumps" "$dir/graph_signal.txt"
+  # chorusrun leaves the ranks time to fail on their own (--linger); the stopped one is ended
+  # once both others wrote their failure dumps.
+  for _ in $(seq 400); do
+    [ "$(dumps_with failure)" -eq 2 ] && break
+    sleep 0.1
+  done
+  kill -KILL "${pids[2]}" 2>/dev/null
   wait $launcher
   status=$?
-  kill -CONT "${pids[2]}" 2>/dev/null
   check "$algo: the run failed instead of hanging (exit $status)" \
     $([ $status -ne 0 ] && [ $status -ne 124 ]; echo $?)
   check "$algo: the timeout names the rank waited for and the call" \

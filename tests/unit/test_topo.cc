@@ -151,6 +151,15 @@ TEST(Discover, ThisMachineIsSane) {
 // A network namespace of this machine is another host to the transports, and the same machine
 // (the same CPUs) to the cost model; CHORUS_HOSTID names a host whole, machine included.
 TEST(HostId, NetworkNamespacesOfOneMachineShareItsCpus) {
+  const char* given = getenv("CHORUS_HOSTID");
+  const std::string saved = given != nullptr ? given : "";
+  unsetenv("CHORUS_HOSTID");
+  struct Restore {
+    const std::string& value;
+    ~Restore() {
+      if (!value.empty()) setenv("CHORUS_HOSTID", value.c_str(), 1);
+    }
+  } restore{saved};
   int pipeFds[2];
   ASSERT_EQ(pipe(pipeFds), 0);
   const pid_t child = fork();

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "common/param.h"
 #include "transport/net_plugin/net_abi.h"
 #include "transport/net_plugin/net_plugin.h"
 #include "transport/transport.h"
@@ -156,8 +157,10 @@ class NetTransport final : public Transport, public ProxyLink {
       nodes.push_back(plugin_->properties(d, &p).isOk() ? netDeviceNumaNode(p.pciPath) : -1);
       where += formatString("%s%d (NUMA node %d)", d == 0 ? "" : ", ", d, nodes.back());
     }
+    const bool known = ctx_.peers != nullptr && ctx_.rank >= 0 &&
+                       static_cast<size_t>(ctx_.rank) < ctx_.peers->size();
     const int node =
-        ctx_.peers != nullptr ? (*ctx_.peers)[static_cast<size_t>(ctx_.rank)].numaNode : -1;
+        known && paramInt("NET_NUMA_DEVICES") != 0 ? (*ctx_.peers)[ctx_.rank].numaNode : -1;
     devices_ = nearNetDevices(nodes, node);
     if (devices_.empty()) devices_.push_back(0);
     std::string chosen;

@@ -15,6 +15,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -102,7 +103,9 @@ int gDevices = 1;
 char gPciPath[kMaxDevices][256];
 char gDevName[kMaxDevices][16];
 
-void readDevices() {
+// Once per process: a v11 or v12 init runs once per communicator in NCCL, while other threads
+// may be reading the devices.
+void readDevicesOnce() {
   const char* paths = getenv("EXAMPLE_NET_PCI_PATHS");
   gDevices = 1;
   gPciPath[0][0] = '\0';
@@ -143,7 +146,8 @@ ncclResult_t exampleInit() {
   gAddr.sin_port = 0;
   char text[INET_ADDRSTRLEN];
   inet_ntop(AF_INET, &gAddr.sin_addr, text, sizeof text);
-  readDevices();
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, readDevicesOnce);
   EXAMPLE_INFO("example net plugin: %d device%s over %s (%s)", gDevices, gDevices == 1 ? "" : "s",
                gIfName, text);
   return ncclSuccess;
