@@ -59,6 +59,9 @@ class ErrorSink {
   // Why the communicator stopped (its error, or that it was aborted), for the notice a network
   // transport sends its peers as it closes its connections.
   virtual std::string failureText() const { return std::string(); }
+  // Whether the ranks on this host learn of the communicator's failure from its board
+  // (core/peer_watch.h), which then says it first, instead of from its closed connections.
+  virtual bool failurePublished() const { return false; }
 };
 
 struct TransportContext {

@@ -198,7 +198,9 @@ Status initPlanned(ncclComm_t* newcomm, const Communicator::SplitPlan& plan,
                    const CommOptions& options) {
   ncclUniqueId id;
   encodeUniqueId(plan.id, reinterpret_cast<unsigned char*>(id.internal));
-  return initOrDefer(newcomm, InitRequest{plan.newSize, plan.newRank, id, options});
+  CommOptions o = options;
+  o.derived = true;
+  return initOrDefer(newcomm, InitRequest{plan.newSize, plan.newRank, id, o});
 }
 
 }  // namespace

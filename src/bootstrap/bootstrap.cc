@@ -150,7 +150,14 @@ Status SocketBootstrap::rendezvous() {
            SocketAddress(localAddress_).toString().c_str(), rootText.c_str());
 
   Waiter connectWaiter(options_.initTimeoutSeconds, options_.abort);
-  Result<Socket> sock = connectSocket(root, connectWaiter);
+  SocketOptions connectOptions;
+  connectOptions.retryRefused = !options_.rootListening;
+  Result<Socket> sock = connectSocket(root, connectWaiter, connectOptions);
+  if (!sock.isOk() && options_.rootListening && sock.status().code() != Code::kInvalidUsage)
+    return remoteError(
+        "%s: the rendezvous root at %s is gone (%s): the rank that made this communicator's id "
+        "ended, or gave up before the others joined",
+        me.c_str(), rootText.c_str(), sock.status().message().c_str());
   if (!sock.isOk())
     return Status(
         sock.status().code(),

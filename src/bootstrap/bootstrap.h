@@ -55,6 +55,10 @@ struct BootstrapOptions {
   // Interface names to prefer when several can reach the peers, best first (the ones closest
   // to this process's CPUs); the others keep their order after them.
   std::vector<std::string> preferredInterfaces;
+  // The id's root was listening before the id was handed out (a communicator made from
+  // another: split, shrink, the hierarchical phases): a refused connection to it means that
+  // its process ended or gave up, and fails at once instead of being tried again.
+  bool rootListening = false;
 };
 
 // One rank's handle on the bootstrap network of a communicator. Methods are called by one

@@ -42,6 +42,12 @@ class RendezvousRoot {
   void run();
   void stop() { stop_.raise(); }
   bool finished() const { return finished_.load(std::memory_order_acquire); }
+  uint64_t magic() const { return id_.magic; }
+  void abandon(const Status& why) {
+    std::lock_guard<std::mutex> lock(abandonMutex_);
+    if (abandonWhy_.isOk()) abandonWhy_ = why;
+    abandoned_.store(true, std::memory_order_release);
+  }
 
  private:
   struct Pending {
@@ -69,6 +75,9 @@ class RendezvousRoot {
   std::string where_;
   AbortFlag stop_;
   std::atomic<bool> finished_{false};
+  std::mutex abandonMutex_;
+  Status abandonWhy_;  // guarded by abandonMutex_
+  std::atomic<bool> abandoned_{false};
 
   std::vector<Pending> pending_;
   std::vector<Joined> joined_;  // by rank, once nranks is known
@@ -84,6 +93,12 @@ void RendezvousRoot::run() {
   LOG_INFO(kSubsysBootstrap, "bootstrap root: waiting for ranks at %s", where_.c_str());
   deadline_ = Clock::now() + seconds(kFirstRankWaitSeconds);
   while (!stop_.isRaised()) {
+    if (abandoned_.load(std::memory_order_acquire)) {
+      listener_.close();
+      std::lock_guard<std::mutex> lock(abandonMutex_);
+      if (poison_.isOk()) poison(abandonWhy_);
+      break;
+    }
     if (nranks_ > 0 && joinedCount_ == nranks_ && poison_.isOk()) {
       // Closed first so that the address is free again once any rank has its answer (rank 0
       // may host the next rendezvous at the same CHORUS_COMM_ID right away).
@@ -304,6 +319,12 @@ class RootRegistry {
     entries_.push_back(Entry{std::move(root), std::thread([raw] { raw->run(); })});
   }
 
+  void abandon(const UniqueIdInfo& id, const Status& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Entry& e : entries_)
+      if (e.root->magic() == id.magic && !e.root->finished()) e.root->abandon(why);
+  }
+
   int live() {
     std::lock_guard<std::mutex> lock(mu_);
     reapLocked();
@@ -364,6 +385,10 @@ Status startRendezvousRoot(Listener listener, const UniqueIdInfo& id) {
   if (!listener.valid()) return internalError("bootstrap: root started without a listener");
   RootRegistry::instance().start(std::make_unique<RendezvousRoot>(std::move(listener), id));
   return Status::ok();
+}
+
+void abandonRendezvousRoot(const UniqueIdInfo& id, const Status& why) {
+  RootRegistry::instance().abandon(id, why);
 }
 
 int liveRendezvousRoots() {

@@ -14,6 +14,12 @@ namespace chorus {
 // registry joins finished roots and stops and joins the rest when the process exits.
 Status startRendezvousRoot(Listener listener, const UniqueIdInfo& id);
 
+// Ends the rendezvous of id if its root runs in this process and has not finished: the ranks
+// that joined get why as their error, and later ones a refused connection. For a rank that
+// made a communicator's id and then gave up before joining (its other ranks would wait for the
+// init timeout). Does nothing for a root elsewhere or already finished.
+void abandonRendezvousRoot(const UniqueIdInfo& id, const Status& why);
+
 // Number of root threads not yet joined (tests check that roots end).
 int liveRendezvousRoots();
 

@@ -403,7 +403,8 @@ Result<Socket> connectSocket(const SocketAddress& address, const Waiter& waiter,
         return sock;
       err = ECONNREFUSED;
     }
-    if (!retryableConnectError(err)) return errnoError(err, "connect to " + target);
+    if (!retryableConnectError(err) || (err == ECONNREFUSED && !options.retryRefused))
+      return errnoError(err, "connect to " + target);
     lastError = strerror(err);
     int ms = waiter.remainingMs(backoffMs);
     if (ms == 0 && waiter.deadline() != Clock::time_point::max())

@@ -60,6 +60,10 @@ std::string addressToString(const sockaddr_storage& addr);
 struct SocketOptions {
   bool noDelay = true;  // TCP_NODELAY
   int bufferBytes = 0;  // SO_SNDBUF and SO_RCVBUF when > 0
+  // connectSocket tries a refused connect again until its deadline (the listener may not be up
+  // yet); false when the listener was known to be up before the address was handed out, so
+  // that a refusal means it is gone.
+  bool retryRefused = true;
 };
 
 // An owned, non-blocking TCP socket; move-only, closed on destruction.

@@ -117,7 +117,10 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdInfo& i
     cancel->detach();
     if (aborted) s = invalidUsage("rank %d init: aborted by ncclCommAbort", rank);
   }
-  if (!s.isOk()) return s;
+  if (!s.isOk()) {
+    comm->initFailed_ = true;  // its peers' names may be left (removeLeftNames)
+    return s;
+  }
   dumpRegister(comm.get());
   return comm;
 }
@@ -171,8 +174,15 @@ Status Communicator::init(const UniqueIdInfo& id) {
   BootstrapOptions bo;
   bo.preferredInterfaces = interfacesByLocality(*topo.value(), processCpus());
   bo.initTimeoutSeconds = static_cast<double>(paramInt("INIT_TIMEOUT"));
+  // A phase communicator is made inside a collective call, among ranks that are all in it: the
+  // call's bound (CHORUS_TIMEOUT) holds for its rendezvous too.
+  if (options_.hierPhase && timeoutSeconds_ > 0)
+    bo.initTimeoutSeconds = bo.initTimeoutSeconds > 0
+                                ? std::min(bo.initTimeoutSeconds, timeoutSeconds_)
+                                : timeoutSeconds_;
   bo.timeoutSeconds = timeoutSeconds_;
   bo.abort = &abort_;
+  bo.rootListening = options_.derived;
   Result<std::unique_ptr<Bootstrap>> boot = Bootstrap::init(id, rank_, nranks_, bo);
   if (!boot.isOk()) return boot.status().withContext(formatString("rank %d init", rank_));
   bootstrap_ = boot.take();

@@ -34,6 +34,9 @@ struct CommOptions {
   // A phase of the hierarchical algorithm: CHORUS_ALGO's list less "hier" (all algorithms when
   // nothing else is named) chooses its algorithms.
   bool hierPhase = false;
+  // Made from another communicator, whose rank that made the id already listens for the
+  // others (BootstrapOptions::rootListening).
+  bool derived = false;
   const char* logLabel = "";  // follows "channel N" in its INIT lines (phases say which)
 };
 
@@ -137,6 +140,7 @@ class Communicator final : public ErrorSink {
     int newRank = -1;
     int newSize = 0;
     UniqueIdInfo id{};
+    int idRank = -1;  // the rank (of this communicator) that made id and hosts its rendezvous
   };
   Result<SplitPlan> planSplit(int color, int key);
   // ncclCommShrink's exchange among the ranks not in `excluded` (sorted, distinct, valid, not
@@ -150,6 +154,9 @@ class Communicator final : public ErrorSink {
   Status asyncError() const;
   void reportAsyncError(const Status& status) override;
   std::string failureText() const override;
+  bool failurePublished() const override {
+    return failurePublished_.load(std::memory_order_acquire);
+  }
   void abort() {
     abort_.raise();
     if (device_) device_->abort();
@@ -212,8 +219,8 @@ class Communicator final : public ErrorSink {
   void failIfOutOfStep(const Status& failure, bool connecting = false);
   // Unlinks the shared-memory names of this communicator still in /dev/shm that ranks which died
   // made (a rank may die between making a name and the exchange that removes it): every rank's
-  // names once the communicator failed, else those of the local peers seen gone without
-  // destroying theirs.
+  // names once the communicator failed (or its init did), else those of the local peers seen
+  // gone without destroying theirs.
   void removeLeftNames() const;
   // Turns an executor failure into the error the user should see (the async cause first).
   Status explain(const Status& failure) const;
@@ -322,6 +329,8 @@ class Communicator final : public ErrorSink {
   // The last call failed on a peer (failIfOutOfStep) and why, for failureText; cleared by the
   // next call.
   std::atomic<bool> lastCallFailed_{false};
+  std::atomic<bool> failurePublished_{false};  // on the peer watch's board
+  bool initFailed_ = false;
   Status lastFailure_;        // guarded by mutex_
   mutable std::mutex mutex_;  // guards asyncError_, lastFailure_ and lastError_
   Status asyncError_;

@@ -124,7 +124,10 @@ void Communicator::reportAsyncError(const Status& status) {
     asyncError_ = named ? status : status.withContext(self);
     hasAsyncError_.store(true, std::memory_order_release);
     // The local peers' communicators fail too (their calls would wait for this rank).
-    if (peerWatch_) peerWatch_->publishFailure(asyncError_.message());
+    if (peerWatch_) {
+      peerWatch_->publishFailure(asyncError_.message());
+      failurePublished_.store(true, std::memory_order_release);
+    }
   }
   abort_.raise();
   // Kernels waiting for a peer that is gone stop too.
@@ -160,7 +163,7 @@ std::string Communicator::failureText() const {
 
 void Communicator::removeLeftNames() const {
   std::vector<int> died;
-  const bool all = hasAsyncError_.load() || abort_.isRaised();
+  const bool all = hasAsyncError_.load() || abort_.isRaised() || initFailed_;
   if (!all) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (peerWatch_) died = peerWatch_->diedRanks();

@@ -17,14 +17,22 @@
 // size of this communicator, and PreMulSum scales each rank's input in the first phase only.
 // Every final value is computed by one rank and then copied, so all ranks end bitwise equal.
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
+#include "bootstrap/root.h"
 #include "common/log.h"
 #include "core/comm.h"
 
 namespace chorus {
 
 namespace {
+
+// How often the making of the phase communicators looks for ranks that went away.
+constexpr int kHierWatchMs = 20;
 
 // Where this rank sits: its host's index in hosts (ordered by lowest rank) and its index
 // among that host's ranks.
@@ -52,6 +60,8 @@ RedOp phaseOp(const RedOp& op, bool first, bool last, int nranks) {
 
 void Communicator::failHier(const Status& failure) {
   std::lock_guard<std::mutex> lock(hierMutex_);
+  // Phase communicators still being made would wait for ranks that may be gone.
+  hierCancel_.cancel();
   if (hierLocal_) hierLocal_->reportAsyncError(failure);
   if (hierCross_) hierCross_->reportAsyncError(failure);
 }
@@ -77,7 +87,10 @@ Status Communicator::ensureHier() {
   Result<SplitPlan> within = planSplit(host, local);
   if (!within.isOk()) return within.status().withContext(what);
   Result<SplitPlan> across = planSplit(local, host);
-  if (!across.isOk()) return across.status().withContext(what);
+  if (!across.isOk()) {
+    abandonRendezvousRoot(within.value().id, across.status());
+    return across.status().withContext(what);
+  }
   // One phase communicator from its plan, into *slot (under the lock abort takes).
   auto make = [&](const SplitPlan& plan, const char* suffix, const char* label,
                   std::unique_ptr<Communicator>* slot) -> Status {
@@ -88,16 +101,62 @@ Status Communicator::ensureHier() {
     o.logLabel = label;
     Result<std::unique_ptr<Communicator>> c =
         Communicator::create(plan.id, plan.newSize, plan.newRank, o, &hierCancel_);
-    if (!c.isOk()) return c.status().withContext(what);
+    if (!c.isOk())
+      return c.status().withContext(
+          formatString("%s, the one whose rendezvous rank %d hosts", what.c_str(), plan.idRank));
     std::lock_guard<std::mutex> lock(hierMutex_);
     *slot = c.take();
     return Status::ok();
   };
-  CHORUS_TRY(make(within.value(), "host",
-                  " (hierarchical phases within the host; ranks of that communicator)",
-                  &hierLocal_));
-  CHORUS_TRY(make(across.value(), "cross",
-                  " (hierarchical phases across hosts; ranks of that communicator)", &hierCross_));
+  // While they are made, a rank of this communicator that goes away (its process ended, or its
+  // communicator failed and closed its connections) ends the wait: every rank makes them, and
+  // the ones it would have joined wait for it otherwise until the init timeout.
+  std::mutex watchMutex;
+  std::condition_variable watchWake;
+  bool making = true;
+  int goneRank = -1;
+  std::thread watch([&] {
+    std::unique_lock<std::mutex> lock(watchMutex);
+    while (making) {
+      for (int r = 0; r < nranks_ && goneRank < 0; ++r)
+        if (r != rank_ && bootstrap_->peerGone(r)) goneRank = r;
+      if (goneRank >= 0) {
+        hierCancel_.cancel();
+        return;
+      }
+      watchWake.wait_for(lock, std::chrono::milliseconds(kHierWatchMs));
+    }
+  });
+  Status made =
+      make(within.value(), "host",
+           " (hierarchical phases within the host; ranks of that communicator)", &hierLocal_);
+  if (made.isOk())
+    made = make(across.value(), "cross",
+                " (hierarchical phases across hosts; ranks of that communicator)", &hierCross_);
+  {
+    std::lock_guard<std::mutex> lock(watchMutex);
+    making = false;
+  }
+  watchWake.notify_all();
+  watch.join();
+  // A rank that died closed its connections as the failure came: look once more.
+  for (int r = 0; r < nranks_ && !made.isOk() && goneRank < 0; ++r)
+    if (r != rank_ && bootstrap_->peerGone(r)) goneRank = r;
+  if (!made.isOk() && goneRank >= 0 && asyncError().isOk())
+    made = remoteError(
+        "%s: rank %d closed its connections while they were made: it exited, or its "
+        "communicator failed (here: %s)",
+        what.c_str(), goneRank, made.message().c_str());
+  if (!made.isOk()) {
+    // The ranks waiting at a rendezvous this rank hosts learn why now, not at their timeout.
+    const Status why = remoteError(
+        "rank %d gave up making the hierarchical algorithm's "
+        "communicators: %s",
+        rank_, explain(made).message().c_str());
+    abandonRendezvousRoot(within.value().id, why);
+    abandonRendezvousRoot(across.value().id, why);
+    return made;
+  }
   hierFailed_ = false;
   LOG_INFO(kSubsysInit, "rank %d: hierarchical algorithm ready: host %d of %d, local rank %d of %d",
            rank_, host, tuning_.nnodes, local, hierLocal_->nranks());

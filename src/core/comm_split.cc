@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 
+#include "bootstrap/root.h"
 #include "core/comm.h"
 
 namespace chorus {
@@ -78,10 +79,17 @@ Result<Communicator::SplitPlan> Communicator::planSplit(int color, int key) {
     else
       made = id.status();  // the others learn of it from an empty id
   }
-  CHORUS_TRY(bootstrap_->allGather(ids.data(), sizeof(UniqueIdInfo)).withContext("ncclCommSplit"));
+  Status shared = bootstrap_->allGather(ids.data(), sizeof(UniqueIdInfo));
+  if (!shared.isOk()) {
+    // Nobody will come to the root this rank made (its thread would wait an hour).
+    if (plan.newRank == 0 && made.isOk())
+      abandonRendezvousRoot(ids[static_cast<size_t>(rank_)], shared);
+    return shared.withContext("ncclCommSplit");
+  }
   CHORUS_TRY(made.withContext("ncclCommSplit: making the new communicator's unique id"));
   if (plan.newRank < 0) return plan;
   plan.id = ids[static_cast<size_t>(members.front())];
+  plan.idRank = members.front();
   if (isEmpty(plan.id))
     return remoteError(
         "ncclCommSplit: rank %d, first of color %d, could not make the new "

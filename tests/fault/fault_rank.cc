@@ -1,10 +1,10 @@
 // One rank of the fault suite (fault_suite.sh). Every rank makes the same pseudo-random
-// sequence of collectives (FAULT_SEED) and checks each result exactly; the victim rank
-// (FAULT_VICTIM) dies (SIGKILL) or stops (SIGSTOP) FAULT_DELAY_US microseconds after it starts
-// call FAULT_AT, writing the time (CLOCK_MONOTONIC) to FAULT_OUT/victim first. Every other rank
-// reports on one line of FAULT_OUT/rank<r>: the call that failed, how long after the victim's
-// end its error came, whether the error names the victim, and the file descriptors and threads
-// it holds after destroying its communicator against before creating it.
+// sequence of collectives (FAULT_SEED), then an all-reduce, and checks each result exactly;
+// the victim rank (FAULT_VICTIM) dies (SIGKILL) or stops (SIGSTOP) FAULT_DELAY_US microseconds
+// after it starts call FAULT_AT, writing the time (CLOCK_MONOTONIC) to FAULT_OUT/victim first.
+// Every other rank reports on one line of FAULT_OUT/rank<r>: the call that failed, how long after
+// the victim's end its error came, whether the error names the victim, and the file descriptors and
+// threads it holds after destroying its communicator against before creating it.
 //
 // Environment: CHORUS_RANK, CHORUS_NRANKS, CHORUS_COMM_ID (the rendezvous), FAULT_SEED,
 // FAULT_CALLS, FAULT_VICTIM, FAULT_AT, FAULT_DELAY_US, FAULT_MODE (kill|stop), FAULT_OUT.
@@ -62,10 +62,13 @@ int32_t valueOf(int r, long k, size_t i) {
   return static_cast<int32_t>((r * 7 + k * 3 + static_cast<long>(i % 97)) % 100);
 }
 
-// Runs call k (its kind and size drawn from rng, the same on every rank); returns its result
-// and sets *wrong when a result element differs from the reference.
-ncclResult_t runCall(ncclComm_t comm, int rank, int nranks, long k, Rng& rng, bool* wrong) {
-  const int kind = static_cast<int>(rng.next() % 5);
+// Runs call k (its kind and size drawn from rng, the same on every rank; an all-reduce when
+// allReduce); returns its result and sets *wrong when a result element differs from the
+// reference.
+ncclResult_t runCall(ncclComm_t comm, int rank, int nranks, long k, Rng& rng, bool allReduce,
+                     bool* wrong) {
+  const int drawn = static_cast<int>(rng.next() % 5);
+  const int kind = allReduce ? 0 : drawn;
   const size_t count = 1 + static_cast<size_t>(rng.next() % (size_t(1) << (rng.next() % 19)));
   const int root = static_cast<int>(rng.next() % static_cast<uint64_t>(nranks));
   std::vector<int32_t> in(count), out(count * static_cast<size_t>(nranks));
@@ -166,7 +169,9 @@ int main() {
   int64_t failedNs = 0;
   ncclResult_t result = ncclSuccess;
   long wrongCalls = 0;
-  for (long k = 1; k <= calls; ++k) {
+  // One call more than FAULT_CALLS, an all-reduce: the calls after the victim's end may not all
+  // need it (a send that fits the buffers completes without its receiver), the last one does.
+  for (long k = 1; k <= calls + 1; ++k) {
     if (rank == victim && k == at) {
       std::thread([=] {
         if (delayUs > 0) usleep(static_cast<useconds_t>(delayUs));
@@ -178,7 +183,7 @@ int main() {
     // lands in the middle of the job however fast the calls are.
     while (rank == victim && k > at + 1) pause();
     bool wrong = false;
-    result = runCall(comm, rank, nranks, k, rng, &wrong);
+    result = runCall(comm, rank, nranks, k, rng, k == calls + 1, &wrong);
     if (result != ncclSuccess) {
       failedAt = k;
       failedNs = nowNs();

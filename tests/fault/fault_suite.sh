@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The fault suite: 4 ranks make CALLS random collectives (checked exactly), and one rank dies
-# (SIGKILL) at a random call and a random moment in it; every rank in turn, KILLS rounds, over
+# The fault suite: 4 ranks make CALLS random collectives and an all-reduce (each checked
+# exactly), and one rank dies (SIGKILL) at a random call and a random moment in it; every rank
+# in turn, KILLS rounds, over
 # shared memory (4 ranks on this host) and over TCP (2 network namespaces of 2 ranks each; left
 # out without root or namespaces). Then each transport once with a stopped rank (SIGSTOP).
 # Checked for each survivor (fault_rank.cc): its call fails instead of hanging, within 10 s of
@@ -17,6 +18,8 @@ calls=${2:-100}
 kills=${3:-1}
 RANDOM=${FAULT_SUITE_SEED:-12345}
 readonly NRANKS=4 TAG="chorus-fault-$$" SUBNET="10.215.$(($$ % 250 + 1))"
+EPHEMERAL_LOW=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
+[ "${EPHEMERAL_LOW:-0}" -gt 12000 ] 2>/dev/null || EPHEMERAL_LOW=32768
 work=$(mktemp -d "${TMPDIR:-/tmp}/chorus-fault.XXXXXX")
 namespaces=()
 failures=0
@@ -55,7 +58,8 @@ run() {
   local transport=$1 victim=$2 at=$3 delay=$4 mode=$5
   local out="$work/run.$transport.$victim.$mode.$at"
   mkdir -p "$out"
-  local port=$((20000 + RANDOM % 20000)) timeout_s=30
+  # Below the kernel's ephemeral ports, which another connection of this host may hold.
+  local port=$((10000 + RANDOM % (EPHEMERAL_LOW - 10000))) timeout_s=30
   [ "$mode" = stop ] && timeout_s=3
   local shm_before
   shm_before=$(ls /dev/shm | grep -c '^chorus-')
@@ -92,9 +96,11 @@ run() {
     local line="" hang=0
     [ "${statuses[$r]}" -eq 137 ] && hang=1
     [ -f "$out/rank$r" ] && line=$(head -1 "$out/rank$r")
-    echo "$transport $mode victim $victim at $at delay_us $delay hang $hang shm_left $leaked $line" \
+    echo "$transport $mode victim $victim at $at delay_us $delay hang $hang shm_left $leaked" \
+      "exit ${statuses[$r]} $line" \
       >> "$work/results"
     echo "$transport $mode victim $victim at $at: rank $r: ${line:-no report (exit ${statuses[$r]})}"
+    [ -z "$line" ] && head -c 300 "$out/log$r" | sed 's/^/    log: /'
     [ -f "$out/rank$r" ] && sed -n 's/^error /    error: /p' "$out/rank$r" | cut -c1-300
   done
 }
@@ -150,7 +156,9 @@ for transport in sorted({r["transport"] for r in rows}):
             fds = r.get("fds", "0").split()
             why = []
             if r["hang"] != "0": why.append("hung")
-            if int(r.get("failed_at", 0)) == 0: why.append("no failure reported")
+            if int(r.get("failed_at", 0)) == 0:
+                why.append("no failure reported (exit %s%s)" % (
+                    r.get("exit", "?"), "" if "failed_at" in r else ", no report"))
             elif not 0 <= float(r.get("detect_ms", -1)) < limit: why.append("detected after %s ms" % r.get("detect_ms"))
             if mode == "kill" and not leads_to_victim(r, rs): why.append("error does not name the victim")
             if r.get("wrong", "0") != "0": why.append("wrong results")

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,19 @@ using chorus_test::RankMode;
 
 bool names(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+// A call that failed with ncclRemoteError long before the timeout (60 s), naming `who`; returns
+// the error text.
+std::string expectPromptFailure(ncclResult_t r, ncclComm_t comm,
+                                std::chrono::steady_clock::time_point start, const char* who) {
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string e = ncclGetLastError(comm);
+  EXPECT_EQ(r, ncclRemoteError) << e;
+  EXPECT_LT(seconds, 20.0) << e;
+  EXPECT_TRUE(names(e, who)) << e;
+  return e;
 }
 
 // Four ranks on a ring over sockets (0 -> 1 -> 2 -> 3 -> 0): rank 3 dies after the first call.
@@ -39,12 +53,7 @@ TEST(FailureNotice, SocketPeersOfAFailedRankNameTheCause) {
         ncclResult_t r = ncclSuccess;
         for (int i = 0; i < 3 && r == ncclSuccess; ++i)
           r = ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm, nullptr);
-        const double seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        const std::string e = ncclGetLastError(comm);
-        EXPECT_EQ(r, ncclRemoteError) << e;
-        EXPECT_LT(seconds, 20.0) << e;
-        EXPECT_TRUE(names(e, "rank 3")) << e;
+        const std::string e = expectPromptFailure(r, comm, start, "rank 3");
         if (rank == 1) {
           EXPECT_TRUE(names(e, "its communicator failed")) << e;
         }
@@ -54,6 +63,32 @@ TEST(FailureNotice, SocketPeersOfAFailedRankNameTheCause) {
         ncclResult_t async = ncclSuccess;
         EXPECT_EQ(ncclCommGetAsyncError(comm, &async), ncclSuccess);
         EXPECT_EQ(async, ncclRemoteError);
+      });
+}
+
+// Two ranks on one host (shared memory): rank 0 destroys its communicator while rank 1 waits
+// in ncclRecv for data from it. A rank that leaves on purpose is no failure to its peers, but a
+// receive it will never serve is: rank 1's call fails at once, naming rank 0, instead of
+// waiting for its timeout, as it does when a socket closes.
+TEST(FailureNotice, ShmRecvFromARankThatDestroyedItsCommunicatorFails) {
+  chorus_test::runRanks(
+      2, RankMode::kProcesses, {"CHORUS_TIMEOUT=60"}, [](int rank, int, ncclComm_t& comm) {
+        std::vector<int32_t> out(1024, rank), in(1024, -1);
+        const int peer = 1 - rank;
+        // Both directions connected and used once.
+        ASSERT_EQ(ncclGroupStart(), ncclSuccess);
+        ASSERT_EQ(ncclSend(out.data(), out.size(), ncclInt32, peer, comm, nullptr), ncclSuccess);
+        ASSERT_EQ(ncclRecv(in.data(), in.size(), ncclInt32, peer, comm, nullptr), ncclSuccess);
+        ASSERT_EQ(ncclGroupEnd(), ncclSuccess);
+        ASSERT_EQ(in[0], peer);
+        if (rank == 0) {
+          ASSERT_EQ(ncclCommDestroy(comm), ncclSuccess);
+          comm = nullptr;
+          return;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        ncclResult_t r = ncclRecv(in.data(), in.size(), ncclInt32, 0, comm, nullptr);
+        expectPromptFailure(r, comm, start, "rank 0");
       });
 }
 

@@ -357,6 +357,39 @@ TEST_F(BootstrapTest, UnreachableRootIsNamed) {
   EXPECT_TRUE(contains(b.status().message(), "could not reach the rendezvous root"));
 }
 
+// A communicator made from another: the rank that made its id gives up before joining, and
+// abandons the root it hosts. The rank already waiting there gets the reason at once (not at
+// its init timeout), and a rank arriving later, knowing that the root was listening before the
+// id was handed out (rootListening), fails at once on the refused connection.
+TEST_F(BootstrapTest, AnAbandonedRootFailsItsRanksAtOnce) {
+  Result<UniqueIdInfo> id = createFreshUniqueId();
+  ASSERT_TRUE(id.isOk()) << id.status().message();
+  BootstrapOptions o = quickOptions(60);
+  o.rootListening = true;
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<Status> early = runRanks(1, [&](int) -> Status {
+    std::thread giveUp([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      abandonRendezvousRoot(id.value(), remoteError("rank 0 gave up: its peer died"));
+    });
+    Status s = Bootstrap::init(id.value(), 1, 3, o).status();
+    giveUp.join();
+    return s;
+  });
+  EXPECT_EQ(early[0].code(), Code::kRemoteError) << early[0].message();
+  EXPECT_TRUE(contains(early[0].message(), "rank 0 gave up: its peer died")) << early[0].message();
+  ASSERT_TRUE(rootsEnd(10));
+  Status late = Bootstrap::init(id.value(), 2, 3, o).status();
+  EXPECT_EQ(late.code(), Code::kRemoteError) << late.message();
+  EXPECT_TRUE(contains(late.message(), "is gone")) << late.message();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 20.0);
+  // Abandoning a root that is not here, or no longer, does nothing.
+  abandonRendezvousRoot(id.value(), remoteError("again"));
+  abandonRendezvousRoot(loopbackId(1), remoteError("elsewhere"));
+}
+
 TEST_F(BootstrapTest, CommIdFromEnvironment) {
   const int port = freeLoopbackPort();
   ASSERT_NE(port, 0);

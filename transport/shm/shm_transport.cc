@@ -21,6 +21,19 @@ static_assert(sizeof(ShmInfo) <= sizeof(ConnectInfo), "ShmInfo must fit a Connec
 class ShmTransport final : public Transport {
  public:
   explicit ShmTransport(const TransportContext& ctx) : ctx_(ctx) {}
+  // A receiver still waiting for this rank learns that nothing more will come, and why when
+  // the communicator failed, as it does when a socket closes (a rank that destroys its
+  // communicator in the middle of a call). A failure the peers read on this rank's board is
+  // left to it: the board says first what a peer must report (a mismatch of its own call).
+  ~ShmTransport() override {
+    if (ctx_.errors != nullptr && ctx_.errors->failurePublished()) return;
+    const std::string why = ctx_.errors != nullptr ? ctx_.errors->failureText() : std::string();
+    for (FifoHeader* h : sendFifos_) {
+      snprintf(h->peerError, sizeof(h->peerError), "%s", why.c_str());
+      h->peerClosed.store(1, std::memory_order_release);
+      wakeSleepers(h->tail, h->tailSleepers);
+    }
+  }
   const char* name() const override { return "shm"; }
 
   Status setupRecv(int peer, int channel, bool /*sendsBack*/, ConnectInfo* info,
@@ -49,6 +62,7 @@ class ShmTransport final : public Transport {
           "shm transport: rank %d attaching to rank %d channel %d", ctx_.rank, peer, channel));
     CHORUS_TRY(fifoCheck(seg.value().data(), si.bytes));
     *conn = SendConnector(seg.value().data());
+    sendFifos_.push_back(static_cast<FifoHeader*>(seg.value().data()));
     segments_.push_back(seg.take());
     // Tell the receiver its segment is mapped, so that it can remove the name.
     uint8_t attached = 1;
@@ -77,6 +91,7 @@ class ShmTransport final : public Transport {
 
   TransportContext ctx_;
   std::vector<ShmSegment> segments_;
+  std::vector<FifoHeader*> sendFifos_;  // in segments_, mapped for sending
 };
 
 }  // namespace
