@@ -200,7 +200,11 @@ Status initPlanned(ncclComm_t* newcomm, const Communicator::SplitPlan& plan,
   encodeUniqueId(plan.id, reinterpret_cast<unsigned char*>(id.internal));
   CommOptions o = options;
   o.derived = true;
-  return initOrDefer(newcomm, InitRequest{plan.newSize, plan.newRank, id, o});
+  Status s = initOrDefer(newcomm, InitRequest{plan.newSize, plan.newRank, id, o});
+  if (!s.isOk() && plan.idRank >= 0)
+    return s.withContext(
+        formatString("the new communicator (rendezvous hosted by rank %d)", plan.idRank));
+  return s;
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "algorithms/cost_model.h"
+#include "bootstrap/root.h"
 #include "algorithms/topo_graph.h"
 #include "common/param.h"
 #include "transport/net_plugin/net_plugin.h"
@@ -119,6 +120,11 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const UniqueIdInfo& i
   }
   if (!s.isOk()) {
     comm->initFailed_ = true;  // its peers' names may be left (removeLeftNames)
+    // A communicator made from another: the ranks waiting at a rendezvous this process hosts
+    // learn at once that it cannot form.
+    if (options.derived || options.hierPhase)
+      abandonRendezvousRoot(id, remoteError("rank %d of the new communicator gave up its init: %s",
+                                            rank, s.message().c_str()));
     return s;
   }
   dumpRegister(comm.get());

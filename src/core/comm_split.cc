@@ -117,13 +117,19 @@ Result<Communicator::SplitPlan> Communicator::planShrink(const std::vector<int>&
     Result<UniqueIdInfo> id = createFreshUniqueId();
     UniqueIdInfo sent{};
     if (id.isOk()) sent = id.value();  // an empty id tells the others it failed
-    for (size_t i = 1; i < survivors.size(); ++i)
-      CHORUS_TRY(bootstrap_->send(survivors[i], kTagShrink, &sent, sizeof sent)
-                     .withContext("ncclCommShrink"));
+    for (size_t i = 1; i < survivors.size(); ++i) {
+      Status s = bootstrap_->send(survivors[i], kTagShrink, &sent, sizeof sent);
+      if (!s.isOk()) {
+        if (id.isOk()) abandonRendezvousRoot(id.value(), s);  // nobody may come to it
+        return s.withContext("ncclCommShrink");
+      }
+    }
     CHORUS_TRY(id.status().withContext("ncclCommShrink: making the new communicator's id"));
     plan.id = id.value();
+    plan.idRank = leader;
     return plan;
   }
+  plan.idRank = leader;
   CHORUS_TRY(
       bootstrap_->recv(leader, kTagShrink, &plan.id, sizeof plan.id).withContext("ncclCommShrink"));
   if (isEmpty(plan.id))

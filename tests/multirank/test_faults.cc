@@ -2,6 +2,7 @@
 // peers why before closing its connections (over sockets a failure notice, on one host its
 // board), so that ranks which never talk to the rank at the root of it still name it.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -89,6 +90,31 @@ TEST(FailureNotice, ShmRecvFromARankThatDestroyedItsCommunicatorFails) {
         const auto start = std::chrono::steady_clock::now();
         ncclResult_t r = ncclRecv(in.data(), in.size(), ncclInt32, 0, comm, nullptr);
         expectPromptFailure(r, comm, start, "rank 0");
+      });
+}
+
+// A split whose first member (which hosts the new communicator's rendezvous) fails its init
+// after the split was planned (here a bad CHORUS_DIRECT_BUFFSIZE in its process only) and
+// lives on: the other member learns it at once, with the reason, instead of at
+// CHORUS_INIT_TIMEOUT (60 s). Both then meet in an all-reduce of the parent communicator.
+TEST(FailureNotice, SplitMemberWhoseInitFailsEndsTheOthersInit) {
+  chorus_test::runRanks(
+      2, RankMode::kProcesses, {"CHORUS_INIT_TIMEOUT=60"}, [](int rank, int, ncclComm_t& comm) {
+        if (rank == 0) setenv("CHORUS_DIRECT_BUFFSIZE", "1", 1);
+        ncclComm_t child = nullptr;
+        const auto start = std::chrono::steady_clock::now();
+        ncclResult_t r = ncclCommSplit(comm, 0, rank, &child, nullptr);
+        if (rank == 0) {
+          EXPECT_EQ(r, ncclInvalidArgument) << ncclGetLastError(comm);
+          unsetenv("CHORUS_DIRECT_BUFFSIZE");
+        } else {
+          // Its reason when it reached the rendezvous first, else that the root is gone.
+          const std::string e = expectPromptFailure(r, comm, start, "rank 0");
+          EXPECT_TRUE(names(e, "DIRECT_BUFFSIZE") || names(e, "is gone")) << e;
+        }
+        float v = 1.0f;
+        EXPECT_EQ(ncclAllReduce(&v, &v, 1, ncclFloat, ncclSum, comm, nullptr), ncclSuccess);
+        EXPECT_EQ(v, 2.0f);
       });
 }
 
