@@ -153,7 +153,7 @@ Status SocketBootstrap::rendezvous() {
   SocketOptions connectOptions;
   connectOptions.retryRefused = !options_.rootListening;
   Result<Socket> sock = connectSocket(root, connectWaiter, connectOptions);
-  if (!sock.isOk() && options_.rootListening && sock.status().code() != Code::kInvalidUsage)
+  if (!sock.isOk() && options_.rootListening && !connectWaiter.aborted())
     return remoteError(
         "%s: the rendezvous root at %s is gone (%s): the rank that made this communicator's id "
         "ended, or gave up before the others joined",

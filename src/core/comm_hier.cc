@@ -114,12 +114,16 @@ Status Communicator::ensureHier() {
   std::mutex watchMutex;
   std::condition_variable watchWake;
   bool making = true;
+  auto firstGone = [this] {
+    for (int r = 0; r < nranks_; ++r)
+      if (r != rank_ && bootstrap_->peerGone(r)) return r;
+    return -1;
+  };
   int goneRank = -1;
   std::thread watch([&] {
     std::unique_lock<std::mutex> lock(watchMutex);
     while (making) {
-      for (int r = 0; r < nranks_ && goneRank < 0; ++r)
-        if (r != rank_ && bootstrap_->peerGone(r)) goneRank = r;
+      goneRank = firstGone();
       if (goneRank >= 0) {
         hierCancel_.cancel();
         return;
@@ -140,8 +144,7 @@ Status Communicator::ensureHier() {
   watchWake.notify_all();
   watch.join();
   // A rank that died closed its connections as the failure came: look once more.
-  for (int r = 0; r < nranks_ && !made.isOk() && goneRank < 0; ++r)
-    if (r != rank_ && bootstrap_->peerGone(r)) goneRank = r;
+  if (!made.isOk() && goneRank < 0) goneRank = firstGone();
   if (!made.isOk() && goneRank >= 0 && asyncError().isOk())
     made = remoteError(
         "%s: rank %d closed its connections while they were made: it exited, or its "
