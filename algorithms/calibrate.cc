@@ -65,6 +65,9 @@ Fit fitCostModel(const std::vector<Measurement>& measurements, const CostModel& 
           trial.*(f.member) *= factor;
           const double ratio = trial.*(f.member) / start.*(f.member);
           if (ratio > 100 || ratio < 0.01) continue;
+          if ((f.lowest > 0 && trial.*(f.member) < f.lowest) ||
+              (f.highest > 0 && trial.*(f.member) > f.highest))
+            continue;
           if (maxCacheMiB > 0 && trial.cacheMiB > maxCacheMiB) continue;
           const double o = objective(measurements, trial, start);
           if (o < best - 1e-12) {

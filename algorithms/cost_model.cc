@@ -29,7 +29,14 @@ const std::vector<CostField>& costFields() {
       {"dram_gbps", &CostModel::dramGBps, "one core streaming from beyond the caches (GB/s)", true},
       {"ring_traffic", &CostModel::ringTraffic,
        "memory traffic per byte a ring step moves beyond the caches (bytes)"},
+      {"tree_cost", &CostModel::treeCost,
+       "a tree step's time per byte against a ring step's (at least 1)", false, 1.0},
       {"wake_us", &CostModel::wakeUs, "waking a peer that is not running (us)"},
+      {"net_wake_us", &CostModel::netWakeUs,
+       "waking a peer that is not running, through the network (us)"},
+      {"oversub_share", &CostModel::oversubShare,
+       "of its part of the cores, what a rank turns into throughput when oversubscribed (<= 1)",
+       false, 0, 1.0},
       {"channel_launch_us", &CostModel::channelLaunchUs, "starting one more channel thread (us)"},
   };
   return fields;
@@ -68,7 +75,12 @@ Result<CostModel> readTuningFile(const std::string& path) {
     if (end == value.c_str() || *end != '\0' || !std::isfinite(v) || v <= 0)
       return invalidArgument("%s: %s = \"%s\" is not a positive number", where().c_str(),
                              name.c_str(), value.c_str());
-    m.*(costFields()[f].member) = v;
+    const CostField& field = costFields()[f];
+    if ((field.lowest > 0 && v < field.lowest) || (field.highest > 0 && v > field.highest))
+      return invalidArgument("%s: %s = %s is outside [%g, %g]", where().c_str(), name.c_str(),
+                             value.c_str(), field.lowest,
+                             field.highest > 0 ? field.highest : HUGE_VAL);
+    m.*(field.member) = v;
   }
   return m;
 }

@@ -36,9 +36,17 @@ struct CostModel {
   double cacheMiB = 32.0;
   double dramGBps = 40.0;
   double ringTraffic = 3.0;
+  // A tree step's time per byte against a ring step's (at least 1: the ring is bandwidth
+  // optimal). Its steps wait on two children and a parent in turn, with smaller pieces.
+  double treeCost = 1.0;
   // Scheduling: a hand-off whose peer is not running (more ranks than cores) waits for the peer
   // to get the core, which the waiting rank yields to it after a short spin.
   double wakeUs = 3.0;
+  // The same through the network: the peer's proxy thread and its socket's wake-up too.
+  double netWakeUs = 3.0;
+  // Ranks that outnumber the cores: the share of its part of the cores a rank turns into
+  // throughput (at most 1; switching between ranks, their caches and sockets, costs the rest).
+  double oversubShare = 1.0;
   // Starting a channel's worker thread for one collective (wake, then join at the end).
   double channelLaunchUs = 8.0;
 };
@@ -49,6 +57,9 @@ struct CostField {
   double CostModel::*member;
   const char* doc;
   bool probed = false;  // measured directly by the calibration's probe, not fitted
+  // Where the figure means something, the fit keeps it (0: no bound).
+  double lowest = 0;
+  double highest = 0;
 };
 const std::vector<CostField>& costFields();
 

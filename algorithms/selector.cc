@@ -24,14 +24,16 @@ int ceilLog2(int n) {
 }
 
 // What a hand-off costs beyond the link when ranks outnumber cores: the peer is often not
-// running and must be woken and scheduled first.
-double oversubscribedUs(const TuningInfo& info, const CostModel& m) {
-  return info.coresPerRank < 1.0 ? (1.0 - info.coresPerRank) * m.wakeUs : 0.0;
+// running and must be woken and scheduled first (through the network, its proxy thread and
+// socket too: net_wake_us).
+double oversubscribedUs(const TuningInfo& info, const CostModel& m, bool net = false) {
+  return info.coresPerRank < 1.0 ? (1.0 - info.coresPerRank) * (net ? m.netWakeUs : m.wakeUs) : 0.0;
 }
 
-// The share of a core each rank gets when ranks outnumber cores: copies slow down alike.
-double cpuShare(const TuningInfo& info) {
-  return info.coresPerRank < 1.0 ? info.coresPerRank : 1.0;
+// The share of a core each rank turns into throughput when ranks outnumber cores: copies slow
+// down alike, and switching between the ranks (their caches, their sockets) costs some more.
+double cpuShare(const TuningInfo& info, const CostModel& m) {
+  return info.coresPerRank < 1.0 ? info.coresPerRank * std::fmin(1.0, m.oversubShare) : 1.0;
 }
 
 // Moving `bytes` at gbps, for a call of nccl-tests size s, where each byte moved is `traffic`
@@ -43,7 +45,7 @@ double streamUs(const TuningInfo& info, double bytes, double gbps, double s, con
   const double buffers = 2.0 * std::max(1, info.localRanks) * s;
   const double cache = m.cacheMiB * 1024 * 1024;
   const double hit = buffers <= cache ? 1.0 : cache / buffers;
-  const double beyond = std::fmin(gbps, m.dramGBps * cpuShare(info) / traffic);
+  const double beyond = std::fmin(gbps, m.dramGBps * cpuShare(info, m) / traffic);
   return hit * transferUs(bytes, gbps) + (1 - hit) * transferUs(bytes, beyond);
 }
 
@@ -52,7 +54,8 @@ bool usesNetwork(const TuningInfo& info) {
 }
 
 double stepUs(const TuningInfo& info, const CostModel& m) {
-  return (usesNetwork(info) ? m.netStepUs : m.shmStepUs) + oversubscribedUs(info, m);
+  const bool net = usesNetwork(info);
+  return (net ? m.netStepUs : m.shmStepUs) + oversubscribedUs(info, m, net);
 }
 
 // Whether hand-offs mix two kinds: several hosts, each with several ranks sharing memory. The
@@ -67,7 +70,8 @@ bool mixedHops(const TuningInfo& info) {
 double ringHopUs(const TuningInfo& info, const CostModel& m) {
   if (!mixedHops(info)) return stepUs(info, m);
   const double net = static_cast<double>(info.nnodes) / info.nranks;
-  return net * m.netStepUs + (1 - net) * m.shmStepUs + oversubscribedUs(info, m);
+  return net * (m.netStepUs + oversubscribedUs(info, m, true)) +
+         (1 - net) * (m.shmStepUs + oversubscribedUs(info, m));
 }
 
 // From the root to the deepest rank of a tree: over one host or one rank per host the double
@@ -76,9 +80,8 @@ double ringHopUs(const TuningInfo& info, const CostModel& m) {
 double treeDepthUs(const TuningInfo& info, const CostModel& m) {
   if (!mixedHops(info)) return ceilLog2(info.nranks) * stepUs(info, m);
   const int levels = ceilLog2(info.nnodes);
-  const double wake = oversubscribedUs(info, m);
-  return levels * (m.netStepUs + wake) +
-         (levels + 1) * (info.localRanks - 1) * (m.shmStepUs + wake);
+  return levels * (m.netStepUs + oversubscribedUs(info, m, true)) +
+         (levels + 1) * (info.localRanks - 1) * (m.shmStepUs + oversubscribedUs(info, m));
 }
 
 // Cores one ring channel keeps busy: its thread, and through the network as much again for the
@@ -96,10 +99,10 @@ double ringGBps(const TuningInfo& info, const CostModel& m, int nchannels) {
     // The streams and the rank's cap on them are CPU work (the kernel's TCP work with it), slowed
     // down alike when ranks share cores; the link caps the sum whatever the cores do.
     double link = info.netLinkGBps > 0 ? info.netLinkGBps : m.netMaxGBps;
-    double cpu = std::fmin(parallel * m.netGBps, m.netMaxGBps) * cpuShare(info);
+    double cpu = std::fmin(parallel * m.netGBps, m.netMaxGBps) * cpuShare(info, m);
     return std::fmin(cpu, link);
   }
-  return std::fmin(parallel * m.shmGBps, m.shmMaxGBps) * cpuShare(info);
+  return std::fmin(parallel * m.shmGBps, m.shmMaxGBps) * cpuShare(info, m);
 }
 
 // The most ring channels whose throughput still adds up (cores, or the network's or memory's
@@ -125,7 +128,7 @@ double hierUs(const TuningInfo& info, Collective coll, double s, const CostModel
   auto best = [&m](const TuningInfo& i, Collective c, double bytes) {
     return selectAlgorithm(i, c, static_cast<size_t>(bytes), m).us;
   };
-  const double reorder = streamUs(info, 2 * s, m.memGBps * cpuShare(info), s, m);
+  const double reorder = streamUs(info, 2 * s, m.memGBps * cpuShare(info, m), s, m);
   switch (coll) {
     case Collective::kAllReduce:
       return best(in, Collective::kReduceScatter, s) + best(across, coll, s / local) +
@@ -197,7 +200,7 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
       if (coll != Collective::kAllReduce) return -1;
       // Up and down both trees, whose steps interleave on one thread; the busiest rank moves
       // about twice the buffer.
-      double bw = ringGBps(info, m, 1);
+      double bw = ringGBps(info, m, 1) / std::fmax(1.0, m.treeCost);
       return 4 * treeDepthUs(info, m) +
              streamUs(info, (n > 2 ? 2.0 : 1.0) * s, bw, s, m, m.ringTraffic);
     }
@@ -211,7 +214,7 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
       // more bytes than the ring once n > 2.
       const int pw = rdPowerOfTwo(n);
       const int steps = ceilLog2(pw) + (n > pw ? 2 : 0);
-      const double mem = m.memGBps * cpuShare(info);
+      const double mem = m.memGBps * cpuShare(info, m);
       return steps * (step + streamUs(info, s, ringGBps(info, m, 1), s, m, m.ringTraffic) +
                       streamUs(info, s, mem, s, m));
     }
@@ -221,7 +224,7 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
       double chunks = std::fmax(1.0, std::ceil(s / static_cast<double>(info.directChunkBytes)));
       // Every rank waits for all peers to publish: each sync needs every peer scheduled.
       double sync = m.directSyncUs + oversubscribedUs(info, m) * (n - 1);
-      const double mem = m.memGBps * cpuShare(info);
+      const double mem = m.memGBps * cpuShare(info, m);
       if (algo == Algorithm::kOneShot)  // stage (read + write), read n inputs, write the output
         return chunks * sync + streamUs(info, (3.0 + n) * s, mem, s, m);
       // Stage, reduce one share of every input, then gather every share.

@@ -1,9 +1,9 @@
 // chorus-tune --calibrate: probes one core's memory throughput by working set (the cache edge
 // and the memory's speed), measures all-reduce on this machine with each algorithm forced (two
 // ranks as two processes, each bound to half of the CPUs as chorusrun binds ranks:
-// shared memory, then TCP over loopback; three rounds, the median kept), fits the cost model's
-// other figures to the times (algorithms/calibrate.h) and writes them as a tuning file for
-// CHORUS_TUNING_FILE.
+// shared memory, then TCP over loopback; then four, two to each half; three rounds, the median
+// kept), fits the cost model's other figures to the times (algorithms/calibrate.h) and writes
+// them as a tuning file for CHORUS_TUNING_FILE.
 #include "tools/chorus_tune_calibrate.h"
 
 #include <pthread.h>
@@ -42,8 +42,10 @@ using Clock = std::chrono::steady_clock;
 struct Config {
   const char* algo;  // CHORUS_ALGO
   int channels;
-  bool net;  // shared memory disabled: TCP between the two ranks
-  bool big;  // also measured at 32 MiB, where the buffers of both ranks leave most caches
+  bool net;            // shared memory disabled: TCP between the ranks
+  bool big;            // also measured at 32 MiB, where the buffers of both ranks leave most caches
+  int nranks = 2;      // 4: two ranks a core on two cores, what oversubscription costs
+  size_t largest = 0;  // the sizes up to this only (0: all)
 };
 
 // The CPU's name and, where /proc/cpuinfo gives them, its family and model: virtual machines
@@ -191,11 +193,11 @@ int itersFor(size_t bytes, bool quick) {
 // One rank of a measurement: all-reduce of each size in batches (the first warms up); on rank
 // 0 fills us[i] with the median time per call of sizes[i]. False (with the reason printed) when
 // a call failed.
-bool runRank(int r, const ncclUniqueId& id, const std::vector<size_t>& sizes, bool quick,
-             std::vector<double>* us) {
-  bindToBlock(r, 2);
+bool runRank(int r, int nranks, const ncclUniqueId& id, const std::vector<size_t>& sizes,
+             bool quick, std::vector<double>* us) {
+  bindToBlock(r, nranks);
   ncclComm_t comm = nullptr;
-  if (chorusCommInitRankHost(&comm, 2, id, r, nullptr) != ncclSuccess) {
+  if (chorusCommInitRankHost(&comm, nranks, id, r, nullptr) != ncclSuccess) {
     fprintf(stderr, "chorus-tune: rank %d: init: %s\n", r, ncclGetLastError(nullptr));
     return false;
   }
@@ -255,10 +257,10 @@ bool fromHex(const std::string& hex, ncclUniqueId* id) {
   return true;
 }
 
-// Runs config on two ranks as two processes, as jobs run them (shared memory mapped into two
-// address spaces): rank 1 is this program again (`--calibrate-rank`, which inherits the
-// configuration's environment), rank 0 a thread of this one. Fills us[i] with rank 0's median
-// time per call of sizes[i]; false (with the reason printed) when a call failed.
+// Runs config on its ranks as processes, as jobs run them (shared memory mapped into several
+// address spaces): ranks 1 and up are this program again (`--calibrate-rank`, which inherits
+// the configuration's environment), rank 0 a thread of this one. Fills us[i] with rank 0's
+// median time per call of sizes[i]; false (with the reason printed) when a call failed.
 bool measure(const Config& c, const std::vector<size_t>& sizes, bool quick,
              std::vector<double>* us) {
   setenv("CHORUS_ALGO", c.algo, 1);
@@ -272,25 +274,33 @@ bool measure(const Config& c, const std::vector<size_t>& sizes, bool quick,
   us->assign(sizes.size(), 0);
   std::string list;
   for (size_t s : sizes) list += (list.empty() ? "" : ",") + std::to_string(s);
-  std::string hex = toHex(id), q = quick ? "1" : "0";
+  std::string hex = toHex(id), q = quick ? "1" : "0", n = std::to_string(c.nranks);
   char self[] = "/proc/self/exe";
   char flag[] = "--calibrate-rank";
-  char* argv[] = {self, flag, &hex[0], &q[0], &list[0], nullptr};
-  pid_t child = -1;
-  const int err = posix_spawn(&child, self, nullptr, nullptr, argv, environ);
-  bool ok = err == 0;
-  if (!ok) fprintf(stderr, "chorus-tune: cannot start rank 1: %s\n", strerror(err));
+  std::vector<pid_t> children;
+  bool ok = true;
+  for (int r = 1; r < c.nranks && ok; ++r) {
+    std::string rank = std::to_string(r);
+    char* argv[] = {self, flag, &hex[0], &q[0], &list[0], &rank[0], &n[0], nullptr};
+    pid_t child = -1;
+    const int err = posix_spawn(&child, self, nullptr, nullptr, argv, environ);
+    ok = err == 0;
+    if (ok) children.push_back(child);
+    if (!ok) fprintf(stderr, "chorus-tune: cannot start rank %d: %s\n", r, strerror(err));
+  }
   if (ok) {
     // On a thread of its own: its binding must not stay on the thread that starts the next
-    // measurement's rank 1.
-    std::thread rank0([&] { ok = runRank(0, id, sizes, quick, us); });
+    // measurement's ranks.
+    std::thread rank0([&] { ok = runRank(0, c.nranks, id, sizes, quick, us); });
     rank0.join();
-    if (!ok) kill(child, SIGKILL);  // rank 0 gave up: do not wait for a peer left waiting
+  }
+  for (pid_t child : children) {
+    if (!ok) kill(child, SIGKILL);  // rank 0 gave up: do not wait for peers left waiting
     int status = 0;
     while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
     }
     if (ok && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-      fprintf(stderr, "chorus-tune: rank 1 of %s failed\n", c.algo);
+      fprintf(stderr, "chorus-tune: a rank of %s on %d ranks failed\n", c.algo, c.nranks);
       ok = false;
     }
   }
@@ -304,10 +314,10 @@ bool measure(const Config& c, const std::vector<size_t>& sizes, bool quick,
 
 chorus::TuningInfo shapeOf(const Config& c) {
   chorus::TuningInfo info;
-  info.nranks = 2;
+  info.nranks = c.nranks;
   info.nnodes = 1;
-  info.localRanks = 2;
-  info.coresPerRank = cores() / 2.0;
+  info.localRanks = c.nranks;
+  info.coresPerRank = cores() / static_cast<double>(c.nranks);
   info.shm = !c.net;
   info.directPossible = !c.net;
   info.directChunkBytes = static_cast<size_t>(chorus::paramInt("DIRECT_BUFFSIZE"));
@@ -326,7 +336,10 @@ Algorithm algorithmOf(const char* name) {
 int runCalibrationRank(int argc, char** argv) {
   ncclUniqueId id;
   std::vector<size_t> sizes;
-  if (argc == 3 && fromHex(argv[0], &id)) {
+  int rank = 0, nranks = 0;
+  if (argc == 5 && fromHex(argv[0], &id)) {
+    rank = atoi(argv[3]);
+    nranks = atoi(argv[4]);
     std::string list = argv[2];
     for (size_t pos = 0; pos < list.size();) {
       size_t comma = list.find(',', pos);
@@ -335,25 +348,39 @@ int runCalibrationRank(int argc, char** argv) {
       pos = comma + 1;
     }
   }
-  if (sizes.empty()) {
+  if (sizes.empty() || rank < 1 || rank >= nranks) {
     fprintf(stderr, "chorus-tune: --calibrate-rank is started by --calibrate only\n");
     return 2;
   }
-  return runRank(1, id, sizes, std::string(argv[1]) == "1", nullptr) ? 0 : 1;
+  return runRank(rank, nranks, id, sizes, std::string(argv[1]) == "1", nullptr) ? 0 : 1;
 }
 
 int runCalibration(const std::string& output, bool quick) {
   const Clock::time_point start = Clock::now();
   const std::vector<Config> configs = {
-      {"ring", 1, false, true},    {"ring", 2, false, false},   {"tree", 1, false, false},
-      {"oneshot", 1, false, true}, {"twoshot", 1, false, true}, {"ring", 1, true, false},
-      {"tree", 1, true, false},    {"rd", 1, true, false},
+      {"ring", 1, false, true},
+      {"ring", 2, false, false},
+      {"tree", 1, false, false},
+      {"oneshot", 1, false, true},
+      {"twoshot", 1, false, true},
+      {"ring", 1, true, false},
+      {"tree", 1, true, false},
+      {"rd", 1, true, false},
+      // Twice as many ranks as cores: hand-offs to a peer that is not running (wake_us,
+      // net_wake_us), and what is left of the throughput (oversub_share).
+      {"oneshot", 1, false, false, 4, 2u << 20},
+      {"twoshot", 1, false, false, 4, 2u << 20},
+      {"ring", 1, false, false, 4, 65536},
+      {"ring", 1, true, false, 4},
+      {"rd", 1, true, false, 4, 1u << 20},
   };
   const std::vector<size_t> common =
       quick ? std::vector<size_t>{8, 65536, 1u << 20}
             : std::vector<size_t>{8, 4096, 65536, 256u << 10, 1u << 20, 2u << 20, 8u << 20};
   auto sizesOf = [&](const Config& c) {
-    std::vector<size_t> v = common;
+    std::vector<size_t> v;
+    for (size_t s : common)
+      if (c.largest == 0 || s <= c.largest) v.push_back(s);
     if (c.big && !quick) v.push_back(32u << 20);
     return v;
   };
@@ -415,15 +442,15 @@ int runCalibration(const std::string& output, bool quick) {
   for (const auto& [ws, gbps] : probe.gbps) printf(" %zuK %.0f", ws >> 10, gbps);
   printf("\n# cache_mib %.1f, dram_gbps %.1f; caches of this machine %.1f MiB (0: unknown)\n",
          probe.cacheMiB, probe.dramGBps, cacheBound);
-  printf("# all-reduce, 2 ranks (processes), measured on %s (%d cores)\n", cpuModel().c_str(),
+  printf("# all-reduce, 2 and 4 ranks (processes), measured on %s (%d cores)\n", cpuModel().c_str(),
          cores());
-  printf("%-8s %4s %-6s %10s %12s %12s %12s\n", "algo", "chan", "path", "size(B)", "measured",
-         "built-in", "fitted");
+  printf("%-8s %4s %5s %-6s %10s %12s %12s %12s\n", "algo", "chan", "ranks", "path", "size(B)",
+         "measured", "built-in", "fitted");
   for (const chorus::Measurement& m : ms) {
     const double b = chorus::predictUs(m.info, m.coll, m.algo, m.nchannels, m.bytes, builtIn);
     const double a = chorus::predictUs(m.info, m.coll, m.algo, m.nchannels, m.bytes, fit.model);
-    printf("%-8s %4d %-6s %10zu %12.1f %12.1f %12.1f\n", chorus::algorithmName(m.algo), m.nchannels,
-           m.info.shm ? "shm" : "tcp", m.bytes, m.us, b, a);
+    printf("%-8s %4d %5d %-6s %10zu %12.1f %12.1f %12.1f\n", chorus::algorithmName(m.algo),
+           m.nchannels, m.info.nranks, m.info.shm ? "shm" : "tcp", m.bytes, m.us, b, a);
   }
   printf(
       "# median |predicted/measured - 1|: built-in %.0f%%, fitted %.0f%% (largest %.0f%%), "
@@ -442,7 +469,8 @@ int runCalibration(const std::string& output, bool quick) {
        "machine: " + cpuModel() + ", " + std::to_string(cores()) + " cores",
        "fit: median error " + std::to_string(static_cast<int>(100 * fit.medianErrorAfter)) +
            "% (built-in figures " + std::to_string(static_cast<int>(100 * fit.medianErrorBefore)) +
-           "%) over " + std::to_string(fit.used) + " measurements (2 ranks; TCP over loopback)",
+           "%) over " + std::to_string(fit.used) +
+           " measurements (2 and 4 ranks; TCP over loopback)",
        "use: CHORUS_TUNING_FILE=<this file>"});
   if (!s.isOk()) {
     fprintf(stderr, "chorus-tune: %s\n", s.message().c_str());

@@ -56,11 +56,11 @@ timeout 120 "$tune" --calibrate --quick -o "$tmp/machine.tuning" > "$tmp/cal.txt
 status=$?
 figures=$(grep -cE '^[a-z_]+ +[0-9.e+-]+ +#' "$tmp/machine.tuning" 2>/dev/null)
 check "chorus-tune --calibrate --quick writes every figure (exit $status, $figures figures)" \
-  $([ $status -eq 0 ] && [ "$figures" -eq 13 ] && grep -q '^# median |predicted/measured - 1|' \
+  $([ $status -eq 0 ] && [ "$figures" -eq 16 ] && grep -q '^# median |predicted/measured - 1|' \
     "$tmp/cal.txt" && grep -qE '^# cache_mib [0-9.]+, dram_gbps [0-9.]+; caches of this machine [0-9.]+ MiB' \
     "$tmp/cal.txt"; echo $?)
-check "chorus-tune --calibrate measures on two processes" \
-  $(grep -q '^# all-reduce, 2 ranks (processes)' "$tmp/cal.txt"; echo $?)
+check "chorus-tune --calibrate measures on processes, 2 and 4 ranks" \
+  $(grep -q '^# all-reduce, 2 and 4 ranks (processes)' "$tmp/cal.txt"; echo $?)
 "$tune" --calibrate-rank > "$tmp/rank.txt" 2>&1
 status=$?
 check "chorus-tune --calibrate-rank on its own is refused (exit $status)" \

@@ -37,7 +37,8 @@ TEST(TuningFile, ReadsBackWhatItWrites) {
   CostModel m;
   double scale = 1.1;
   for (const chorus::CostField& f : chorus::costFields()) {
-    m.*(f.member) *= scale;
+    // Distinct values, within the bounds of those that have them.
+    m.*(f.member) *= f.highest > 0 ? 1 / scale : scale;
     scale += 0.37;
   }
   const std::string path = tempPath("roundtrip");
@@ -77,6 +78,10 @@ TEST(TuningFile, MalformedLinesAreRefusedWithFileAndLine) {
       {"mem_gbps fast\n", "mem_gbps = \"fast\" is not a positive number"},
       {"mem_gbps 1 2\n", "line 1: expected \"name value\""},
       {"# fine\nmem_gbps\n", "line 2: expected \"name value\""},
+      // Figures with a meaning only within bounds: a tree is never faster than the ring, and
+      // oversubscribed network work does not gain throughput.
+      {"tree_cost 0.5\n", "line 1: tree_cost = 0.5 is outside [1, inf]"},
+      {"shm_step_us 1\noversub_share 1.5\n", "line 2: oversub_share = 1.5 is outside [0, 1]"},
   };
   for (const Case& c : cases) {
     const std::string path = writeText("bad", c.text);
@@ -138,30 +143,45 @@ TEST(TuningFile, TheProcessModelFollowsChorusTuningFile) {
   unlink(bad.c_str());
 }
 
-// Measurements of a 2-rank all-reduce as chorus-tune --calibrate takes them, their times
-// predicted by truth and distorted by a deterministic +-4% pattern.
-std::vector<chorus::Measurement> synthetic(const CostModel& truth) {
+// Measurements of all-reduce as chorus-tune --calibrate takes them, their times predicted by
+// truth and distorted by a deterministic +-4% pattern: 2 ranks on four cores or, with four,
+// 2 and 4 ranks on two cores (4 ranks take two a core).
+std::vector<chorus::Measurement> synthetic(const CostModel& truth, bool four = false) {
   std::vector<chorus::Measurement> out;
   struct Config {
     Algorithm algo;
     int channels;
     bool net;
     bool big;  // also at 32 MiB, as the calibration measures it
+    int nranks = 2;
+    size_t largest = 0;  // sizes up to this only (0: all)
   };
-  const Config configs[] = {
-      {Algorithm::kRing, 1, false, true},    {Algorithm::kRing, 2, false, false},
-      {Algorithm::kTree, 1, false, false},   {Algorithm::kOneShot, 1, false, true},
-      {Algorithm::kTwoShot, 1, false, true}, {Algorithm::kRing, 1, true, false},
-      {Algorithm::kTree, 1, true, false},    {Algorithm::kRd, 1, true, false}};
+  const Config configs[] = {{Algorithm::kRing, 1, false, true},
+                            {Algorithm::kRing, 2, false, false},
+                            {Algorithm::kTree, 1, false, false},
+                            {Algorithm::kOneShot, 1, false, true},
+                            {Algorithm::kTwoShot, 1, false, true},
+                            {Algorithm::kRing, 1, true, false},
+                            {Algorithm::kTree, 1, true, false},
+                            {Algorithm::kRd, 1, true, false},
+                            {Algorithm::kOneShot, 1, false, false, 4, size_t(2) << 20},
+                            {Algorithm::kTwoShot, 1, false, false, 4, size_t(2) << 20},
+                            {Algorithm::kRing, 1, false, false, 4, 65536},
+                            {Algorithm::kRing, 1, true, false, 4},
+                            {Algorithm::kRd, 1, true, false, 4, size_t(1) << 20}};
   int k = 0;
   for (const Config& c : configs) {
-    std::vector<size_t> sizes = {8, 4096, 65536, size_t(1) << 20, size_t(8) << 20};
+    if (c.nranks == 4 && !four) continue;
+    std::vector<size_t> sizes;
+    for (size_t s : {size_t(8), size_t(4096), size_t(65536), size_t(1) << 20, size_t(2) << 20,
+                     size_t(8) << 20})
+      if (c.largest == 0 || s <= c.largest) sizes.push_back(s);
     if (c.big) sizes.push_back(size_t(32) << 20);
     for (size_t bytes : sizes) {
       chorus::Measurement m;
-      m.info.nranks = 2;
-      m.info.localRanks = 2;
-      m.info.coresPerRank = 2;
+      m.info.nranks = c.nranks;
+      m.info.localRanks = c.nranks;
+      m.info.coresPerRank = (four ? 2.0 : 4.0) / c.nranks;
       m.info.shm = !c.net;
       m.info.directPossible = !c.net;
       m.algo = c.algo;
@@ -202,6 +222,105 @@ TEST(CostModelFit, RecoversAKnownModelFromItsPredictions) {
   EXPECT_NEAR(fit.model.wakeUs, CostModel().wakeUs, 1e-9);
 }
 
+// Four ranks on two cores reveal what oversubscription costs (waking a peer through shared
+// memory and through the network, the network's throughput left) and the tree's throughput
+// against the ring's: the fit recovers them.
+TEST(CostModelFit, RecoversTheOversubscribedAndTreeFigures) {
+  CostModel truth = otherMachine();
+  truth.treeCost = 1.4;
+  truth.wakeUs = 1.6;
+  truth.netWakeUs = 16;
+  truth.oversubShare = 0.9;
+  const std::vector<chorus::Measurement> ms = synthetic(truth, true);
+  const chorus::Fit fit = chorus::fitCostModel(ms, CostModel());
+  EXPECT_EQ(fit.used, static_cast<int>(ms.size()));
+  EXPECT_LT(fit.medianErrorAfter, 0.04);
+  EXPECT_LT(fit.maxErrorAfter, 0.1);
+  EXPECT_NEAR(fit.model.treeCost / truth.treeCost, 1.0, 0.1);
+  EXPECT_NEAR(fit.model.wakeUs / truth.wakeUs, 1.0, 0.25);
+  EXPECT_NEAR(fit.model.netWakeUs / truth.netWakeUs, 1.0, 0.15);
+  EXPECT_NEAR(fit.model.oversubShare / truth.oversubShare, 1.0, 0.1);
+  // Without the 4-rank measurements, none of the oversubscribed figures moves.
+  const chorus::Fit two = chorus::fitCostModel(synthetic(truth), CostModel());
+  EXPECT_EQ(two.model.wakeUs, CostModel().wakeUs);
+  EXPECT_EQ(two.model.netWakeUs, CostModel().netWakeUs);
+  EXPECT_EQ(two.model.oversubShare, CostModel().oversubShare);
+}
+
+// Measurements that would push a bounded figure past its bound leave it at the bound: a tree
+// measured faster than the ring does not make the model price it so.
+TEST(CostModelFit, BoundedFiguresStayWithinTheirBounds) {
+  CostModel truth = otherMachine();
+  truth.treeCost = 0.5;  // outside what the file may say; only to make the measurements
+  truth.oversubShare = 3;
+  const chorus::Fit fit = chorus::fitCostModel(synthetic(truth, true), CostModel());
+  EXPECT_GE(fit.model.treeCost, 1.0);
+  EXPECT_LE(fit.model.oversubShare, 1.0);
+  for (const chorus::CostField& f : chorus::costFields()) {
+    if (f.lowest > 0) EXPECT_GE(fit.model.*(f.member), f.lowest) << f.name;
+    if (f.highest > 0) EXPECT_LE(fit.model.*(f.member), f.highest) << f.name;
+  }
+}
+
+// nranks on one host sharing memory, with coresPerRank cores each.
+chorus::TuningInfo oneHost(int nranks, double coresPerRank) {
+  chorus::TuningInfo info;
+  info.nranks = nranks;
+  info.localRanks = nranks;
+  info.coresPerRank = coresPerRank;
+  info.shm = true;
+  info.directPossible = true;
+  return info;
+}
+
+// Where each new figure enters: the tree's throughput term; the network's wake-up in hand-offs
+// through the network of oversubscribed ranks only; the share of the cores in the throughput of
+// oversubscribed ranks only.
+TEST(CostModel, OversubscribedAndTreeFiguresPriceOnlyTheirPart) {
+  chorus::TuningInfo info = oneHost(4, 0.5);
+  const size_t big = size_t(8) << 20;
+  CostModel m, wake, share;
+  wake.netWakeUs = 100;
+  share.oversubShare = 0.25;
+  for (Algorithm a : {Algorithm::kRing, Algorithm::kTree, Algorithm::kOneShot}) {
+    // Shared memory: the network's wake-up does not matter; the share does, in large calls
+    // (the throughput a quarter, the time about four times).
+    EXPECT_EQ(chorus::predictUs(info, Collective::kAllReduce, a, 1, big, m),
+              chorus::predictUs(info, Collective::kAllReduce, a, 1, big, wake));
+    EXPECT_GT(chorus::predictUs(info, Collective::kAllReduce, a, 1, big, share),
+              3 * chorus::predictUs(info, Collective::kAllReduce, a, 1, big, m));
+  }
+  // The network, oversubscribed: small calls pay the wake-ups (6 steps of the ring, half of
+  // each woken), large ones the throughput.
+  info.shm = false;
+  info.directPossible = false;
+  const double small = chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, 8, m);
+  EXPECT_NEAR(chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, 8, wake) - small,
+              6 * 0.5 * (wake.netWakeUs - m.netWakeUs), 0.1);
+  const double large = chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, big, m);
+  EXPECT_GT(chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, big, share),
+            3 * large);
+  // One core per rank: no figure of oversubscription matters.
+  info.coresPerRank = 1;
+  for (const CostModel& other : {wake, share})
+    EXPECT_EQ(chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, big, m),
+              chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, big, other));
+  // tree_cost stretches the tree's throughput term alone.
+  CostModel tree2;
+  tree2.treeCost = 2;
+  info.shm = true;
+  const double t1 = chorus::predictUs(info, Collective::kAllReduce, Algorithm::kTree, 1, big, m);
+  const double t2 =
+      chorus::predictUs(info, Collective::kAllReduce, Algorithm::kTree, 1, big, tree2);
+  const double t0 = chorus::predictUs(info, Collective::kAllReduce, Algorithm::kTree, 1, 8, m);
+  EXPECT_GT(t2 / t1, 1.7);
+  EXPECT_LT(t2 / t1, 2.0);
+  EXPECT_NEAR(chorus::predictUs(info, Collective::kAllReduce, Algorithm::kTree, 1, 8, tree2), t0,
+              0.01 * t0);
+  EXPECT_EQ(chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, big, m),
+            chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, big, tree2));
+}
+
 // The figure the calibration measures directly (the memory's speed, from its probe) is not
 // fitted: it keeps the starting value even where the measurements would pull it.
 TEST(CostModelFit, ProbedFiguresKeepTheirMeasuredValues) {
@@ -229,11 +348,7 @@ TEST(CostModelFit, ProbedFiguresKeepTheirMeasuredValues) {
 // memory's speed. One-shot on 2 ranks of one host moves (3 + n) * s bytes through memory; its
 // buffers are an input and an output per rank.
 TEST(CostModel, TrafficBeyondTheCacheStreamsAtMemorySpeed) {
-  chorus::TuningInfo info;
-  info.nranks = 2;
-  info.localRanks = 2;
-  info.coresPerRank = 1;
-  info.directPossible = true;
+  chorus::TuningInfo info = oneHost(2, 1);
   info.directChunkBytes = size_t(1) << 20;
   CostModel m;
   m.cacheMiB = 16;
