@@ -40,10 +40,11 @@ struct CostModel {
   // optimal). Its steps wait on two children and a parent in turn, with smaller pieces.
   double treeCost = 1.0;
   // Scheduling: a hand-off whose peer is not running (more ranks than cores) waits for the peer
-  // to get the core, which the waiting rank yields to it after a short spin.
-  double wakeUs = 3.0;
+  // to get the core, which the waiting rank yields to it after a short spin: per rank ahead of
+  // the peer on its core.
+  double wakeUs = 1.5;
   // The same through the network: the peer's proxy thread and its socket's wake-up too.
-  double netWakeUs = 3.0;
+  double netWakeUs = 1.5;
   // Ranks that outnumber the cores: the share of its part of the cores a rank turns into
   // throughput (at most 1; switching between ranks, their caches and sockets, costs the rest).
   double oversubShare = 1.0;

@@ -25,9 +25,12 @@ int ceilLog2(int n) {
 
 // What a hand-off costs beyond the link when ranks outnumber cores: the peer is often not
 // running and must be woken and scheduled first (through the network, its proxy thread and
-// socket too: net_wake_us).
+// socket too: net_wake_us), after the other ranks on its core, 1 / coresPerRank - 1 of them
+// (a ring step at 8 B measured 1, 2 and 2.4 times the 2-a-core wait with 2, 3 and 4 ranks a
+// core, over shared memory and TCP alike).
 double oversubscribedUs(const TuningInfo& info, const CostModel& m, bool net = false) {
-  return info.coresPerRank < 1.0 ? (1.0 - info.coresPerRank) * (net ? m.netWakeUs : m.wakeUs) : 0.0;
+  if (info.coresPerRank >= 1.0) return 0.0;
+  return (1.0 / info.coresPerRank - 1.0) * (net ? m.netWakeUs : m.wakeUs);
 }
 
 // The share of a core each rank turns into throughput when ranks outnumber cores: copies slow

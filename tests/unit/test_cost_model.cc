@@ -247,6 +247,35 @@ TEST(CostModelFit, RecoversTheOversubscribedAndTreeFigures) {
   EXPECT_EQ(two.model.oversubShare, CostModel().oversubShare);
 }
 
+// nranks on one host sharing memory, with coresPerRank cores each.
+chorus::TuningInfo oneHost(int nranks, double coresPerRank) {
+  chorus::TuningInfo info;
+  info.nranks = nranks;
+  info.localRanks = nranks;
+  info.coresPerRank = coresPerRank;
+  info.shm = true;
+  info.directPossible = true;
+  return info;
+}
+
+// A hand-off to a peer that is not running waits for the ranks ahead of it on its core: with
+// 2, 3 and 4 ranks a core, 1, 2 and 3 wake-ups per ring step of a small call.
+TEST(CostModel, WakeUpsGrowWithTheRanksSharingACore) {
+  CostModel m, none;
+  m.wakeUs = 10;
+  none.wakeUs = 1e-9;
+  for (int perCore : {2, 3, 4}) {
+    const chorus::TuningInfo info = oneHost(8, 1.0 / perCore);
+    const double extra =
+        chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, 8, m) -
+        chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, 8, none);
+    EXPECT_NEAR(extra, 2 * 7 * (perCore - 1) * m.wakeUs, 1e-6) << perCore;
+  }
+  // A core each: no wake-up.
+  EXPECT_EQ(chorus::predictUs(oneHost(8, 1), Collective::kAllReduce, Algorithm::kRing, 1, 8, m),
+            chorus::predictUs(oneHost(8, 1), Collective::kAllReduce, Algorithm::kRing, 1, 8, none));
+}
+
 // Measurements that would push a bounded figure past its bound leave it at the bound: a tree
 // measured faster than the ring does not make the model price it so.
 TEST(CostModelFit, BoundedFiguresStayWithinTheirBounds) {
@@ -260,17 +289,6 @@ TEST(CostModelFit, BoundedFiguresStayWithinTheirBounds) {
     if (f.lowest > 0) EXPECT_GE(fit.model.*(f.member), f.lowest) << f.name;
     if (f.highest > 0) EXPECT_LE(fit.model.*(f.member), f.highest) << f.name;
   }
-}
-
-// nranks on one host sharing memory, with coresPerRank cores each.
-chorus::TuningInfo oneHost(int nranks, double coresPerRank) {
-  chorus::TuningInfo info;
-  info.nranks = nranks;
-  info.localRanks = nranks;
-  info.coresPerRank = coresPerRank;
-  info.shm = true;
-  info.directPossible = true;
-  return info;
 }
 
 // Where each new figure enters: the tree's throughput term; the network's wake-up in hand-offs
@@ -290,13 +308,13 @@ TEST(CostModel, OversubscribedAndTreeFiguresPriceOnlyTheirPart) {
     EXPECT_GT(chorus::predictUs(info, Collective::kAllReduce, a, 1, big, share),
               3 * chorus::predictUs(info, Collective::kAllReduce, a, 1, big, m));
   }
-  // The network, oversubscribed: small calls pay the wake-ups (6 steps of the ring, half of
-  // each woken), large ones the throughput.
+  // The network, oversubscribed: small calls pay the wake-ups (6 steps of the ring, each after
+  // the one other rank on its peer's core), large ones the throughput.
   info.shm = false;
   info.directPossible = false;
   const double small = chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, 8, m);
   EXPECT_NEAR(chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, 8, wake) - small,
-              6 * 0.5 * (wake.netWakeUs - m.netWakeUs), 0.1);
+              6 * (wake.netWakeUs - m.netWakeUs), 0.1);
   const double large = chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, big, m);
   EXPECT_GT(chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, big, share),
             3 * large);
