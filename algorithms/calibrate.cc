@@ -52,6 +52,13 @@ Fit fitCostModel(const std::vector<Measurement>& measurements, const CostModel& 
   Fit fit;
   fit.model = start;
   if (maxCacheMiB > 0 && fit.model.cacheMiB > maxCacheMiB) fit.model.cacheMiB = maxCacheMiB;
+  // A start outside a figure's bounds begins at the bound: the fit never leaves them, and the
+  // file it writes is one readTuningFile takes.
+  for (const CostField& f : costFields()) {
+    double& v = fit.model.*(f.member);
+    if (f.lowest > 0 && v < f.lowest) v = f.lowest;
+    if (f.highest > 0 && v > f.highest) v = f.highest;
+  }
   double best = objective(measurements, fit.model, start);
   // Coordinate descent in log space: each figure in turn is scaled up or down while that helps,
   // with steps that shrink once no figure moves.

@@ -1,9 +1,9 @@
 // chorus-tune --calibrate: probes one core's memory throughput by working set (the cache edge
 // and the memory's speed), measures all-reduce on this machine with each algorithm forced (two
 // ranks as two processes, each bound to half of the CPUs as chorusrun binds ranks:
-// shared memory, then TCP over loopback; then four, two to each half; three rounds, the median
-// kept), fits the cost model's other figures to the times (algorithms/calibrate.h) and writes
-// them as a tuning file for CHORUS_TUNING_FILE.
+// shared memory, then TCP over loopback; then four, each bound to a quarter; three rounds, the
+// median kept), fits the cost model's other figures to the times (algorithms/calibrate.h) and
+// writes them as a tuning file for CHORUS_TUNING_FILE.
 #include "tools/chorus_tune_calibrate.h"
 
 #include <pthread.h>
@@ -336,23 +336,35 @@ Algorithm algorithmOf(const char* name) {
 int runCalibrationRank(int argc, char** argv) {
   ncclUniqueId id;
   std::vector<size_t> sizes;
-  int rank = 0, nranks = 0;
-  if (argc == 5 && fromHex(argv[0], &id)) {
-    rank = atoi(argv[3]);
-    nranks = atoi(argv[4]);
-    std::string list = argv[2];
-    for (size_t pos = 0; pos < list.size();) {
+  long rank = 0, nranks = 0;
+  // A whole decimal number, or -1.
+  auto number = [](const char* text) {
+    char* end = nullptr;
+    const long v = std::strtol(text, &end, 10);
+    return end != text && *end == '\0' ? v : -1;
+  };
+  bool ok = argc == 5 && fromHex(argv[0], &id);
+  if (ok) {
+    rank = number(argv[3]);
+    nranks = number(argv[4]);
+    const std::string list = argv[2];
+    for (size_t pos = 0; ok && pos < list.size();) {
       size_t comma = list.find(',', pos);
       if (comma == std::string::npos) comma = list.size();
-      sizes.push_back(std::strtoull(list.c_str() + pos, nullptr, 10));
+      const long bytes = number(list.substr(pos, comma - pos).c_str());
+      ok = bytes > 0;
+      sizes.push_back(static_cast<size_t>(bytes));
       pos = comma + 1;
     }
   }
-  if (sizes.empty() || rank < 1 || rank >= nranks) {
+  if (!ok || sizes.empty() || rank < 1 || rank >= nranks || nranks > 64) {
     fprintf(stderr, "chorus-tune: --calibrate-rank is started by --calibrate only\n");
     return 2;
   }
-  return runRank(rank, nranks, id, sizes, std::string(argv[1]) == "1", nullptr) ? 0 : 1;
+  return runRank(static_cast<int>(rank), static_cast<int>(nranks), id, sizes,
+                 std::string(argv[1]) == "1", nullptr)
+             ? 0
+             : 1;
 }
 
 int runCalibration(const std::string& output, bool quick) {

@@ -7,7 +7,7 @@
 // sizes and calls (for tests). Returns the exit code.
 int runCalibration(const std::string& output, bool quick);
 
-// The second rank of a calibration measurement, which runCalibration starts as
-// `chorus-tune --calibrate-rank ID QUICK SIZES` (the arguments after the flag). Returns the
-// exit code.
+// Rank 1 and up of a calibration measurement, which runCalibration starts as
+// `chorus-tune --calibrate-rank ID QUICK SIZES RANK NRANKS` (the arguments after the flag).
+// Returns the exit code.
 int runCalibrationRank(int argc, char** argv);

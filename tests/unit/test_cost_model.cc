@@ -276,19 +276,26 @@ TEST(CostModel, WakeUpsGrowWithTheRanksSharingACore) {
             chorus::predictUs(oneHost(8, 1), Collective::kAllReduce, Algorithm::kRing, 1, 8, none));
 }
 
-// Measurements that would push a bounded figure past its bound leave it at the bound: a tree
-// measured faster than the ring does not make the model price it so.
+// A fit that starts outside a figure's bounds (a hand-made start) begins at the bound and
+// stays within: the file it writes is one readTuningFile takes.
 TEST(CostModelFit, BoundedFiguresStayWithinTheirBounds) {
   CostModel truth = otherMachine();
-  truth.treeCost = 0.5;  // outside what the file may say; only to make the measurements
-  truth.oversubShare = 3;
-  const chorus::Fit fit = chorus::fitCostModel(synthetic(truth, true), CostModel());
-  EXPECT_GE(fit.model.treeCost, 1.0);
-  EXPECT_LE(fit.model.oversubShare, 1.0);
+  truth.treeCost = 1.2;
+  truth.oversubShare = 0.8;
+  CostModel start;
+  start.treeCost = 0.5;
+  start.oversubShare = 3;
+  const chorus::Fit fit = chorus::fitCostModel(synthetic(truth, true), start);
   for (const chorus::CostField& f : chorus::costFields()) {
     if (f.lowest > 0) EXPECT_GE(fit.model.*(f.member), f.lowest) << f.name;
     if (f.highest > 0) EXPECT_LE(fit.model.*(f.member), f.highest) << f.name;
   }
+  EXPECT_NEAR(fit.model.treeCost / truth.treeCost, 1.0, 0.1);
+  EXPECT_NEAR(fit.model.oversubShare / truth.oversubShare, 1.0, 0.1);
+  const std::string path = tempPath("bounded");
+  ASSERT_TRUE(chorus::writeTuningFile(path, fit.model, {}).isOk());
+  EXPECT_TRUE(chorus::readTuningFile(path).isOk());
+  unlink(path.c_str());
 }
 
 // Where each new figure enters: the tree's throughput term; the network's wake-up in hand-offs
