@@ -54,11 +54,7 @@ Fit fitCostModel(const std::vector<Measurement>& measurements, const CostModel& 
   if (maxCacheMiB > 0 && fit.model.cacheMiB > maxCacheMiB) fit.model.cacheMiB = maxCacheMiB;
   // A start outside a figure's bounds begins at the bound: the fit never leaves them, and the
   // file it writes is one readTuningFile takes.
-  for (const CostField& f : costFields()) {
-    double& v = fit.model.*(f.member);
-    if (f.lowest > 0 && v < f.lowest) v = f.lowest;
-    if (f.highest > 0 && v > f.highest) v = f.highest;
-  }
+  for (const CostField& f : costFields()) fit.model.*(f.member) = f.clamp(fit.model.*(f.member));
   double best = objective(measurements, fit.model, start);
   // Coordinate descent in log space: each figure in turn is scaled up or down while that helps,
   // with steps that shrink once no figure moves.
@@ -72,9 +68,7 @@ Fit fitCostModel(const std::vector<Measurement>& measurements, const CostModel& 
           trial.*(f.member) *= factor;
           const double ratio = trial.*(f.member) / start.*(f.member);
           if (ratio > 100 || ratio < 0.01) continue;
-          if ((f.lowest > 0 && trial.*(f.member) < f.lowest) ||
-              (f.highest > 0 && trial.*(f.member) > f.highest))
-            continue;
+          if (!f.within(trial.*(f.member))) continue;
           if (maxCacheMiB > 0 && trial.cacheMiB > maxCacheMiB) continue;
           const double o = objective(measurements, trial, start);
           if (o < best - 1e-12) {

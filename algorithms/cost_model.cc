@@ -76,7 +76,7 @@ Result<CostModel> readTuningFile(const std::string& path) {
       return invalidArgument("%s: %s = \"%s\" is not a positive number", where().c_str(),
                              name.c_str(), value.c_str());
     const CostField& field = costFields()[f];
-    if ((field.lowest > 0 && v < field.lowest) || (field.highest > 0 && v > field.highest))
+    if (!field.within(v))
       return invalidArgument("%s: %s = %s is outside [%g, %g]", where().c_str(), name.c_str(),
                              value.c_str(), field.lowest,
                              field.highest > 0 ? field.highest : HUGE_VAL);

@@ -61,6 +61,13 @@ struct CostField {
   // Where the figure means something, the fit keeps it (0: no bound).
   double lowest = 0;
   double highest = 0;
+  bool within(double v) const {
+    return (lowest <= 0 || v >= lowest) && (highest <= 0 || v <= highest);
+  }
+  double clamp(double v) const {
+    if (lowest > 0 && v < lowest) return lowest;
+    return highest > 0 && v > highest ? highest : v;
+  }
 };
 const std::vector<CostField>& costFields();
 
