@@ -3,7 +3,10 @@
 // machine's first CPUs and devices 1 and 2 on the same. Two rank processes with shared memory
 // disabled run all-reduce on two ring channels through the plugin: the result is exact, each
 // rank says which devices its channels take, and every link goes through the near ones, channel
-// by channel in turn; with CHORUS_NET_NUMA_DEVICES=0, channel c through device c.
+// by channel in turn; with CHORUS_NET_NUMA_DEVICES=0, channel c through device c. Rails: the
+// example plugin as a rail-only fabric (EXAMPLE_NET_RAILS), its two devices' rails in another
+// order on each rank, as on hosts whose NICs enumerate differently: every link joins the same
+// rail at both ends (a link across rails would fail to connect).
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,9 +16,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "harness.h"
@@ -48,12 +53,15 @@ struct Seen {
   std::set<int> nodes;
   std::set<std::string> chosen;
   std::set<std::pair<int, int>> links;
+  // (channel, device, rail) of every link's sending and receiving end.
+  std::set<std::tuple<int, int, int>> sends, receives;
 };
 
 // Two rank processes run an exact all-reduce on two ring channels through the example plugin
 // with the devices in paths (and the settings in extra); logs go to a directory of their own.
 Seen runThroughPlugin(const std::string& root, const std::string& paths,
-                      const std::vector<std::string>& extra) {
+                      const std::vector<std::string>& extra,
+                      const std::function<std::vector<std::string>(int)>& rankEnv = nullptr) {
   static int runs = 0;
   const std::string logs = root + "/logs" + std::to_string(++runs);
   EXPECT_EQ(mkdir(logs.c_str(), 0755), 0);
@@ -68,19 +76,23 @@ Seen runThroughPlugin(const std::string& root, const std::string& paths,
                                   "CHORUS_DEBUG_FILE=" + logs + "/log.%p"};
   env.insert(env.end(), extra.begin(), extra.end());
   const size_t count = 1 << 18;
-  chorus_test::runRanks(
-      2, chorus_test::RankMode::kProcesses, env, [&](int rank, int nranks, ncclComm_t& comm) {
-        std::vector<float> in(count), out(count, -1.0f);
-        for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i % 1000) + rank);
-        ASSERT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr),
-                  ncclSuccess);
-        for (size_t i = 0; i < count; ++i)
-          ASSERT_EQ(out[i], static_cast<float>(nranks * (i % 1000) + nranks * (nranks - 1) / 2))
-              << i;
-      });
+  auto body = [&](int rank, int nranks, ncclComm_t& comm) {
+    std::vector<float> in(count), out(count, -1.0f);
+    for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>((i % 1000) + rank);
+    ASSERT_EQ(ncclAllReduce(in.data(), out.data(), count, ncclFloat, ncclSum, comm, nullptr),
+              ncclSuccess);
+    for (size_t i = 0; i < count; ++i)
+      ASSERT_EQ(out[i], static_cast<float>(nranks * (i % 1000) + nranks * (nranks - 1) / 2)) << i;
+  };
+  if (rankEnv)
+    chorus_test::runRankProcesses(2, env, rankEnv, body);
+  else
+    chorus_test::runRanks(2, chorus_test::RankMode::kProcesses, env, body);
   const std::regex choice(
       "this rank is on NUMA node (-?[0-9]+): its channels use devices? ([0-9,]+)");
-  const std::regex link("channel ([0-9]+) through net plugin ExampleSocket \\(device ([0-9]+)\\)");
+  const std::regex link(
+      "(sending to|receiving from) rank [0-9]+ channel ([0-9]+) through net plugin "
+      "ExampleSocket \\(device ([0-9]+)(, rail ([0-9]+) plane [0-9]+)?\\)");
   Seen seen;
   for (const std::string& line : readLogs(logs)) {
     std::smatch m;
@@ -88,7 +100,11 @@ Seen runThroughPlugin(const std::string& root, const std::string& paths,
       seen.nodes.insert(std::stoi(m[1]));
       seen.chosen.insert(m[2]);
     }
-    if (std::regex_search(line, m, link)) seen.links.insert({std::stoi(m[1]), std::stoi(m[2])});
+    if (!std::regex_search(line, m, link)) continue;
+    const int channel = std::stoi(m[2]), device = std::stoi(m[3]);
+    const int rail = m[5].matched ? std::stoi(m[5]) : -1;
+    seen.links.insert({channel, device});
+    (m[1] == "sending to" ? seen.sends : seen.receives).insert({channel, device, rail});
   }
   return seen;
 }
@@ -118,6 +134,25 @@ TEST(NetDevices, ChannelsTakeTheDevicesOnTheRanksNumaNode) {
     EXPECT_EQ(byNuma.chosen, std::set<std::string>{"0"});
     EXPECT_EQ(byNuma.links, (std::set<std::pair<int, int>>{{0, 0}, {1, 0}}));
   }
+}
+
+// Rank 0's devices are on rails 0 and 1, rank 1's on rails 1 and 0, and each channel's
+// receiver listens on its device c: its sender must take its device 1 - c, on the same rail.
+TEST(NetDevices, BothEndsOfALinkTakeTheSameRail) {
+  ASSERT_NE(getenv("NET_EXAMPLE"), nullptr);
+  char dir[] = "/tmp/chorus-netrails-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string root = dir;
+  const std::string paths = makeDevice(root, "nic0", 0) + "," + makeDevice(root, "nic1", 0);
+  const Seen seen = runThroughPlugin(root, paths, {"CHORUS_NET_NUMA_DEVICES=0"}, [](int rank) {
+    return std::vector<std::string>{rank == 0 ? "EXAMPLE_NET_RAILS=0,1" : "EXAMPLE_NET_RAILS=1,0"};
+  });
+  std::filesystem::remove_all(root);
+  using Ends = std::set<std::tuple<int, int, int>>;
+  // (channel, device, rail): rank 0 receives channel 0 on rail 0 and channel 1 on rail 1, rank 1
+  // the other way round.
+  EXPECT_EQ(seen.receives, (Ends{{0, 0, 0}, {0, 0, 1}, {1, 1, 1}, {1, 1, 0}}));
+  EXPECT_EQ(seen.sends, (Ends{{0, 1, 1}, {0, 1, 0}, {1, 0, 0}, {1, 0, 1}}));
 }
 
 }  // namespace

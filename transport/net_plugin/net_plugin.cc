@@ -106,6 +106,10 @@ class PluginOf final : public NetPlugin {
       out->maxMessageBytes = p.maxP2pBytes > 0 ? p.maxP2pBytes : size_t(1) << 30;
     else
       out->maxMessageBytes = size_t(1) << 30;
+    if constexpr (V >= 12) {
+      out->railId = p.railId;
+      out->planeId = p.planeId;
+    }
     return Status::ok();
   }
 

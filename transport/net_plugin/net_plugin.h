@@ -22,6 +22,11 @@ class NetPlugin {
     int ptrSupport = 0;
     size_t maxMessageBytes = 0;  // the largest isend (v8: 1 GiB, int sizes)
     std::string pciPath;         // the device's directory in /sys ("": virtual or unknown)
+    // v12: the rail of the fabric the device is on and its plane within the rail (-1: not
+    // reported). Chorus reads devices of different rails or planes as unable to reach each
+    // other (a rail-only fabric), so both ends of a link take the same (rail, plane).
+    int railId = -1;
+    int planeId = -1;
   };
   virtual ~NetPlugin() = default;
   virtual const char* name() const = 0;  // the table's own name (what NCCL_NET matches)

@@ -6,7 +6,9 @@
 // posted at a time (the plugin's request limit is far above). Receives are posted ahead into
 // free slots. Setup never blocks on the plugin: connect and accept are retried by whoever
 // drives progress (finishRecv's wait, the proxy), so two ranks that connect to each other
-// before accepting do not wait on each other.
+// before accepting do not wait on each other. The receiver chooses its device and tells the
+// sender its rail and plane (v12 properties); the sender takes a device of the same rail and
+// plane, so a link never joins two rails of a fabric whose rails do not reach each other.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -36,6 +38,8 @@ constexpr uint64_t kInFlight = 8;
 
 struct NetInfo {
   uint32_t magic;
+  int16_t rail;  // the receiver's device's rail and plane (-1: not reported)
+  int16_t plane;
   char handle[NCCL_NET_HANDLE_MAXSIZE];
 };
 static_assert(sizeof(NetInfo) <= sizeof(ConnectInfo), "NetInfo must fit a ConnectInfo");
@@ -83,9 +87,12 @@ class NetTransport final : public Transport, public ProxyLink {
   const char* name() const override { return "net"; }
 
   Status setupRecv(int peer, int channel, bool, ConnectInfo* info, RecvConnector* conn) override {
-    std::unique_ptr<NetConn> c = newConn(false, peer, channel);
+    std::unique_ptr<NetConn> c =
+        newConn(false, peer, channel, devices_[static_cast<size_t>(channel) % devices_.size()]);
     NetInfo ni{};
     ni.magic = kInfoMagic;
+    ni.rail = static_cast<int16_t>(rails_[static_cast<size_t>(c->dev)]);
+    ni.plane = static_cast<int16_t>(planes_[static_cast<size_t>(c->dev)]);
     CHORUS_TRY(plugin_->listen(c->dev, ni.handle, &c->listenComm)
                    .withContext(formatString("net plugin transport: listening for rank %d", peer)));
     memcpy(info->bytes, &ni, sizeof ni);
@@ -98,8 +105,9 @@ class NetTransport final : public Transport, public ProxyLink {
     memcpy(&ni, info.bytes, sizeof ni);
     if (ni.magic != kInfoMagic)
       return remoteError("net plugin transport: rank %d's connection info is not a plugin's", peer);
-    // The device is this host's (newConn's choice); the receiver's index means nothing here.
-    std::unique_ptr<NetConn> c = newConn(true, peer, channel);
+    // The device is this host's; the receiver's rail and plane say which of them reach it.
+    std::unique_ptr<NetConn> c =
+        newConn(true, peer, channel, sendDevice(peer, channel, ni.rail, ni.plane));
     memcpy(c->handle, ni.handle, sizeof c->handle);
     *conn = SendConnector(c->memory.get());
     return addConn(std::move(c));
@@ -154,8 +162,16 @@ class NetTransport final : public Transport, public ProxyLink {
     std::string where;
     for (int d = 0; d < plugin_->devices(); ++d) {
       NetPlugin::Properties p;
-      nodes.push_back(plugin_->properties(d, &p).isOk() ? netDeviceNumaNode(p.pciPath) : -1);
-      where += formatString("%s%d (NUMA node %d)", d == 0 ? "" : ", ", d, nodes.back());
+      const bool ok = plugin_->properties(d, &p).isOk();
+      nodes.push_back(ok ? netDeviceNumaNode(p.pciPath) : -1);
+      rails_.push_back(ok && p.railId >= 0 ? p.railId : -1);
+      planes_.push_back(ok && p.railId >= 0 ? p.planeId : -1);
+      where += formatString("%s%d (NUMA node %d%s)", d == 0 ? "" : ", ", d, nodes.back(),
+                            railText(d).c_str());
+    }
+    if (rails_.empty()) {
+      rails_.push_back(-1);
+      planes_.push_back(-1);
     }
     const bool known = ctx_.peers != nullptr && ctx_.rank >= 0 &&
                        static_cast<size_t>(ctx_.rank) < ctx_.peers->size();
@@ -172,12 +188,42 @@ class NetTransport final : public Transport, public ProxyLink {
              chosen.c_str());
   }
 
-  std::unique_ptr<NetConn> newConn(bool isSend, int peer, int channel) {
+  std::string railText(int dev) const {
+    const size_t d = static_cast<size_t>(dev);
+    return rails_[d] < 0 ? std::string()
+                         : formatString(", rail %d plane %d", rails_[d], planes_[d]);
+  }
+
+  // The device that sends to a receiver whose device is on (rail, plane): this rank's own
+  // choice for the channel when that is on it or the rail is unknown; else, in turn by channel,
+  // its chosen devices on it, then any device on it; none: its own choice, with a warning.
+  int sendDevice(int peer, int channel, int rail, int plane) const {
+    const size_t ch = static_cast<size_t>(channel);
+    const int own = devices_[ch % devices_.size()];
+    auto on = [&](int d) {
+      return rails_[static_cast<size_t>(d)] == rail && planes_[static_cast<size_t>(d)] == plane;
+    };
+    if (rail < 0 || rails_[static_cast<size_t>(own)] < 0 || on(own)) return own;
+    std::vector<int> near, any;
+    for (int d : devices_)
+      if (on(d)) near.push_back(d);
+    for (int d = 0; d < static_cast<int>(rails_.size()); ++d)
+      if (on(d)) any.push_back(d);
+    if (!near.empty()) return near[ch % near.size()];
+    if (!any.empty()) return any[ch % any.size()];
+    LOG_WARN(kSubsysNet,
+             "rank %d: net plugin %s has no device on rail %d plane %d, where rank %d receives "
+             "channel %d: sending through device %d%s",
+             ctx_.rank, plugin_->name(), rail, plane, peer, channel, own, railText(own).c_str());
+    return own;
+  }
+
+  std::unique_ptr<NetConn> newConn(bool isSend, int peer, int channel, int dev) {
     auto c = std::make_unique<NetConn>();
     c->isSend = isSend;
     c->peer = peer;
     c->channel = channel;
-    c->dev = devices_[static_cast<size_t>(channel) % devices_.size()];
+    c->dev = dev;
     c->memory = allocLocalFifo(ctx_.geometry, this, &c->fifo, &c->data);
     return c;
   }
@@ -227,9 +273,9 @@ class NetTransport final : public Transport, public ProxyLink {
         c.listenComm = nullptr;
       }
       if (s.isOk())
-        LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d through net plugin %s (device %d)",
+        LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d through net plugin %s (device %d%s)",
                  ctx_.rank, c.isSend ? "sending to" : "receiving from", c.peer, c.channel,
-                 plugin_->name(), c.dev);
+                 plugin_->name(), c.dev, railText(c.dev).c_str());
     }
     if (!s.isOk()) fail(c, s);
   }
@@ -387,8 +433,10 @@ class NetTransport final : public Transport, public ProxyLink {
 
   TransportContext ctx_;
   NetPlugin* plugin_;
-  std::vector<int> devices_;  // chooseDevices()
-  std::mutex mutex_;          // one thread at a time calls the plugin
+  std::vector<int> devices_;  // chooseDevices(): this rank's, in the order channels take them
+  std::vector<int> rails_;    // every device's rail and plane (-1: not reported)
+  std::vector<int> planes_;
+  std::mutex mutex_;  // one thread at a time calls the plugin
   std::vector<std::unique_ptr<NetConn>> conns_;
   std::thread proxy_;
   std::atomic<bool> stop_{false};

@@ -4,9 +4,11 @@
 // the first IPv4 interface that is up and not loopback (loopback when there is none;
 // EXAMPLE_NET_IFNAME names another). EXAMPLE_NET_PCI_PATHS (comma-separated, up to 8) makes it
 // as many devices over that interface, each reporting its path as pciPath, as a host with
-// several NICs would. Every call is non-blocking: connect keeps its state in the
-// handle, and test() moves the bytes of a comm's requests, in order, as far as the socket
-// takes them. NET_EXAMPLE_MAX_VERSION (8 to 12) limits the tables it exports.
+// several NICs would; EXAMPLE_NET_RAILS (comma-separated, "rail" or "rail.plane" per device)
+// gives them the rails and planes v12 reports, and makes the plugin a rail-only fabric: a
+// connect from a device to a listener of another rail or plane fails. Every call is non-blocking:
+// connect keeps its state in the handle, and test() moves the bytes of a comm's requests, in order,
+// as far as the socket takes them. NET_EXAMPLE_MAX_VERSION (8 to 12) limits the tables it exports.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -57,6 +59,8 @@ struct Handle {
   uint32_t stage;  // connect: 0 not started, 1 connecting
   sockaddr_in addr;
   int fd;
+  int16_t rail;  // the listener's device's
+  int16_t plane;
 };
 static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE, "a handle fits NCCL's");
 
@@ -102,6 +106,22 @@ constexpr int kMaxDevices = 8;
 int gDevices = 1;
 char gPciPath[kMaxDevices][256];
 char gDevName[kMaxDevices][16];
+bool gRails = false;  // EXAMPLE_NET_RAILS given: devices of different rails do not connect
+int16_t gRail[kMaxDevices];
+int16_t gPlane[kMaxDevices];
+
+// "r" or "r.p" for each device in turn; the devices it does not name are on rail 0, plane 0.
+void readRails(const char* rails) {
+  gRails = rails != nullptr && rails[0] != '\0';
+  for (int d = 0; d < kMaxDevices; ++d) gRail[d] = gPlane[d] = 0;
+  for (int d = 0; gRails && d < kMaxDevices && *rails != '\0'; ++d) {
+    char* end = nullptr;
+    gRail[d] = static_cast<int16_t>(strtol(rails, &end, 10));
+    if (*end == '.') gPlane[d] = static_cast<int16_t>(strtol(end + 1, &end, 10));
+    rails = *end == ',' ? end + 1 : end;
+    if (*end != ',' && *end != '\0') break;
+  }
+}
 
 // Once per process: a v11 or v12 init runs once per communicator in NCCL, while other threads
 // may be reading the devices.
@@ -120,6 +140,7 @@ void readDevicesOnce() {
     }
   }
   for (int d = 0; d < kMaxDevices; ++d) snprintf(gDevName[d], sizeof gDevName[0], "example%d", d);
+  readRails(getenv("EXAMPLE_NET_RAILS"));
 }
 
 bool badDev(int dev) {
@@ -192,6 +213,8 @@ ncclResult_t exampleListen(int dev, void* opaque, void** listenComm) {
   h->magic = kHandleMagic;
   h->addr = a;
   h->fd = -1;
+  h->rail = gRail[dev];
+  h->plane = gPlane[dev];
   *listenComm = new Listen{fd};
   return ncclSuccess;
 }
@@ -211,6 +234,13 @@ ncclResult_t exampleConnect(int dev, void* opaque, void** sendComm) {
   *sendComm = nullptr;
   auto* h = static_cast<Handle*>(opaque);
   if (badDev(dev) || h->magic != kHandleMagic) return ncclInvalidArgument;
+  if (gRails && (h->rail != gRail[dev] || h->plane != gPlane[dev])) {
+    EXAMPLE_WARN(
+        "example net plugin: device %d (rail %d plane %d) has no route to a listener "
+        "on rail %d plane %d",
+        dev, gRail[dev], gPlane[dev], h->rail, h->plane);
+    return ncclSystemError;
+  }
   if (h->stage == 0) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return ncclSystemError;
@@ -472,7 +502,7 @@ int gContext = 0;
 }
 
 // v12: the properties' virtual-NIC list holds up to 8 devices, and they end with a rail and a
-// plane (one of each here).
+// plane (EXAMPLE_NET_RAILS; rail 0, plane 0 without it).
 [[maybe_unused]] ncclResult_t propsV12(int dev, ncclNetProperties_v12_t* p) {
   if (badDev(dev)) return ncclInvalidArgument;
   fillCommon(dev, p);
@@ -482,8 +512,8 @@ int gContext = 0;
   p->maxP2pBytes = size_t(1) << 30;
   p->maxCollBytes = size_t(1) << 30;
   p->maxMultiRequestSize = 1;
-  p->railId = 0;
-  p->planeId = 0;
+  p->railId = gRail[dev];
+  p->planeId = gPlane[dev];
   return ncclSuccess;
 }
 
