@@ -2,8 +2,12 @@
 # All-reduce bus bandwidth between two simulated hosts (network namespaces joined by a veth
 # pair, one rank each) over Chorus's own sockets and through the example NCCL net plugin, in
 # interleaved rounds (the order alternates); prints each size's time per call (us, out of
-# place) per round and the median ratio of the plugin's time to the sockets'. Needs root and iproute2; nothing is configured outside the namespaces.
-# usage: perf/net_plugin_vs_socket.sh [rounds] [perf args]
+# place) per round and the median ratio of each variant's time to the first's. Needs root and
+# iproute2; nothing is configured outside the namespaces.
+# usage: [VARIANTS="socket plugin"] perf/net_plugin_vs_socket.sh [rounds] [perf args]
+#   variants: socket (Chorus's sockets), plugin (the example plugin), plugin-ungrouped (the
+#   plugin taking one buffer a receive, EXAMPLE_NET_MAX_RECVS=1: a slot's header and data are
+#   two receives)
 #   e.g. perf/net_plugin_vs_socket.sh 5 "-b 8 -e 16M -f 4"
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,7 +38,12 @@ port=29700
 run() {
   local variant=$1 round=$2 extra=()
   port=$((port + 1))
-  [ "$variant" = plugin ] && extra=(NCCL_NET_PLUGIN="$plugin")
+  case $variant in
+    socket) ;;
+    plugin) extra=(NCCL_NET_PLUGIN="$plugin") ;;
+    plugin-ungrouped) extra=(NCCL_NET_PLUGIN="$plugin" EXAMPLE_NET_MAX_RECVS=1) ;;
+    *) echo "unknown variant $variant" >&2 && exit 2 ;;
+  esac
   for r in 0 1; do
     ns="$tag-a"
     [ "$r" = 1 ] && ns="$tag-b"
@@ -47,25 +56,29 @@ run() {
   cp "$tmp/$variant.$round.0" "$tmp/$variant.$round"
 }
 
+variants=${VARIANTS:-socket plugin}
+reversed=$(echo "$variants" | tr ' ' '\n' | tac | tr '\n' ' ')
 for ((i = 1; i <= rounds; i++)); do
-  if ((i % 2)); then order="socket plugin"; else order="plugin socket"; fi
+  if ((i % 2)); then order=$variants; else order=$reversed; fi
   for v in $order; do run "$v" "$i"; done
 done
-python3 - "$tmp" "$rounds" "$here/perf" <<'PY'
+python3 - "$tmp" "$rounds" "$here/perf" $variants <<'PY'
 import statistics, sys, os
-tmp, rounds = sys.argv[1], int(sys.argv[2])
+tmp, rounds, variants = sys.argv[1], int(sys.argv[2]), sys.argv[4:]
 sys.dont_write_bytecode = True
 sys.path.insert(0, sys.argv[3])
 from perf_output import times
 data = {v: [times(os.path.join(tmp, "%s.%d" % (v, r))) for r in range(1, rounds + 1)]
-        for v in ("socket", "plugin")}
-print("%10s  %-40s  %-40s  %s" % ("size (B)", "socket, us per call", "plugin, us per call",
-                                  "median plugin/socket time"))
-for size in sorted(data["socket"][0]):
-    s = [d[size] for d in data["socket"]]
-    p = [d[size] for d in data["plugin"]]
-    ratios = [b / a for a, b in zip(s, p) if a > 0]
-    print("%10d  %-40s  %-40s  %.2f" % (size, " ".join("%.1f" % x for x in s),
-                                        " ".join("%.1f" % x for x in p),
-                                        statistics.median(ratios)))
+        for v in variants}
+base = variants[0]
+print("%10s  " % "size (B)" + "  ".join("%-40s" % (v + ", us per call") for v in variants) +
+      "".join("  median %s/%s" % (v, base) for v in variants[1:]))
+for size in sorted(data[base][0]):
+    cols = {v: [d[size] for d in data[v]] for v in variants}
+    line = "%10d  " % size + "  ".join("%-40s" % " ".join("%.1f" % x for x in cols[v])
+                                        for v in variants)
+    for v in variants[1:]:
+        ratios = [b / a for a, b in zip(cols[base], cols[v]) if a > 0]
+        line += "  %.2f" % statistics.median(ratios)
+    print(line)
 PY

@@ -83,6 +83,10 @@ const std::vector<ParamDef> kParams = {
      "channel c takes device c mod devices on every rank, so both ends of a link use the same "
      "device index (fabrics whose rails do not reach each other)",
      false},
+    {"NET_GROUPED_RECVS", ParamType::kInt, "1",
+     "1: a slot's header and data are received as one grouped receive where the plugin's "
+     "device takes them (maxRecvs 2 or more); 0: as two receives",
+     false},
     {"IB_DISABLE", ParamType::kInt, "0",
      "1: never use the InfiniBand/RoCE network (Chorus's verbs transport), even where HCAs are "
      "active",

@@ -6,7 +6,9 @@
 // by channel in turn; with CHORUS_NET_NUMA_DEVICES=0, channel c through device c. Rails: the
 // example plugin as a rail-only fabric (EXAMPLE_NET_RAILS), its two devices' rails in another
 // order on each rank, as on hosts whose NICs enumerate differently: every link joins the same
-// rail at both ends (a link across rails would fail to connect).
+// rail at both ends (a link across rails would fail to connect). Where the plugin takes grouped
+// receives (the example's default), a slot's header and data are one; with EXAMPLE_NET_MAX_RECVS=1
+// two, and the result is exact either way.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -55,6 +57,7 @@ struct Seen {
   std::set<std::pair<int, int>> links;
   // (channel, device, rail) of every link's sending and receiving end.
   std::set<std::tuple<int, int, int>> sends, receives;
+  int groupedReceives = 0;  // receiving ends that post a slot as one grouped receive
 };
 
 // Two rank processes run an exact all-reduce on two ring channels through the example plugin
@@ -105,6 +108,7 @@ Seen runThroughPlugin(const std::string& root, const std::string& paths,
     const int rail = m[5].matched ? std::stoi(m[5]) : -1;
     seen.links.insert({channel, device});
     (m[1] == "sending to" ? seen.sends : seen.receives).insert({channel, device, rail});
+    if (line.find("in one grouped receive") != std::string::npos) ++seen.groupedReceives;
   }
   return seen;
 }
@@ -119,8 +123,12 @@ TEST(NetDevices, ChannelsTakeTheDevicesOnTheRanksNumaNode) {
   const std::string paths = makeDevice(root, "far", 1) + "," + makeDevice(root, "near1", 0) + "," +
                             makeDevice(root, "near2", 0);
   const Seen byNuma = runThroughPlugin(root, paths, {});
-  // Off: channel c takes device c on both ranks, whatever their node.
-  const Seen byIndex = runThroughPlugin(root, paths, {"CHORUS_NET_NUMA_DEVICES=0"});
+  // Off: channel c takes device c on both ranks, whatever their node. The plugin takes one
+  // buffer a receive here, so a slot's header and data are two receives.
+  const Seen byIndex =
+      runThroughPlugin(root, paths, {"CHORUS_NET_NUMA_DEVICES=0", "EXAMPLE_NET_MAX_RECVS=1"});
+  EXPECT_EQ(byIndex.groupedReceives, 0);
+  EXPECT_EQ(byNuma.groupedReceives, 4) << "2 ranks x 2 channels, each one grouped receive";
   std::filesystem::remove_all(root);
   EXPECT_EQ(byIndex.chosen, std::set<std::string>{"0,1,2"});
   EXPECT_EQ(byIndex.links, (std::set<std::pair<int, int>>{{0, 0}, {1, 1}}));

@@ -1,11 +1,13 @@
 // NCCL's net plugin ABI in Chorus: the declarations' layout against the documented one (LP64),
 // how NCCL_NET_PLUGIN's value names libraries, and loading and using the example plugin of
 // each version (v12, v11, v10, v9, v8) through Chorus's wrapper: a connection over loopback that
-// moves messages of several sizes, compared byte for byte.
+// moves messages of several sizes, compared byte for byte, a grouped receive whose messages come
+// out of order, and a message of the wrong tag refused.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -100,6 +102,54 @@ TEST(NetPluginLoad, ErrorsSayWhy) {
       << notPlugin.status().message();
 }
 
+// One grouped receive of three buffers tagged 5, 6 and 7 takes three messages sent in the
+// order 7, 5, 6, each into the buffer of its tag, and gives each one's size.
+void expectGroupedReceive(NetPlugin& p, void* send, void* recv) {
+  const size_t bytes[3] = {100, 70000, 0};  // what is sent with tags 5, 6, 7
+  int tags[3] = {5, 6, 7};
+  std::vector<unsigned char> out[3], in[3];
+  void *smr[3], *rmr[3], *bufs[3];
+  size_t room[3];
+  for (int i = 0; i < 3; ++i) {
+    out[i].assign(bytes[i] + 1, static_cast<unsigned char>(0x10 + i));
+    in[i].assign(bytes[i] + 64, 0xee);
+    bufs[i] = in[i].data();
+    room[i] = in[i].size();
+    ASSERT_TRUE(p.regMr(send, out[i].data(), out[i].size(), &smr[i]).isOk());
+    ASSERT_TRUE(p.regMr(recv, in[i].data(), in[i].size(), &rmr[i]).isOk());
+  }
+  void* rreq = nullptr;
+  ASSERT_TRUE(p.irecvGroup(recv, 3, bufs, room, tags, rmr, &rreq).isOk());
+  ASSERT_NE(rreq, nullptr);
+  void* sreqs[3];
+  for (int i : {2, 0, 1}) {
+    ASSERT_TRUE(p.isend(send, out[i].data(), bytes[i], tags[i], smr[i], &sreqs[i]).isOk());
+    ASSERT_NE(sreqs[i], nullptr);
+  }
+  bool sdone[3] = {false, false, false}, rdone = false;
+  size_t got[3] = {1, 1, 1};
+  for (long n = 0; n < 10000000 && !(rdone && sdone[0] && sdone[1] && sdone[2]); ++n) {
+    for (int i = 0; i < 3; ++i)
+      if (!sdone[i]) {
+        ASSERT_TRUE(p.test(sreqs[i], &sdone[i], nullptr).isOk());
+      }
+    if (!rdone) {
+      ASSERT_TRUE(p.testGroup(rreq, 3, &rdone, got).isOk());
+    }
+  }
+  ASSERT_TRUE(rdone);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(got[i], bytes[i]);
+    EXPECT_EQ(std::count(in[i].begin(), in[i].begin() + static_cast<long>(bytes[i]),
+                         static_cast<unsigned char>(0x10 + i)),
+              static_cast<long>(bytes[i]));
+    EXPECT_EQ(in[i][bytes[i]], 0xee);  // nothing past its message
+    EXPECT_TRUE(p.deregMr(send, smr[i]).isOk());
+    EXPECT_TRUE(p.deregMr(recv, rmr[i]).isOk());
+  }
+}
+
 void expectMessagesArrive(const char* env, int version) {
   const char* path = getenv(env);
   ASSERT_NE(path, nullptr) << env << " names the example plugin built for v" << version;
@@ -112,7 +162,7 @@ void expectMessagesArrive(const char* env, int version) {
   NetPlugin::Properties props;
   ASSERT_TRUE(p.properties(0, &props).isOk());
   EXPECT_EQ(props.name, "example0");
-  EXPECT_EQ(props.maxRecvs, 1);
+  EXPECT_EQ(props.maxRecvs, 8);
   EXPECT_EQ(props.ptrSupport, NCCL_PTR_HOST);
   EXPECT_EQ(props.maxMessageBytes, size_t(1) << 30);
   EXPECT_EQ(props.pciPath, "");  // no EXAMPLE_NET_PCI_PATHS: a virtual device
@@ -152,6 +202,26 @@ void expectMessagesArrive(const char* env, int version) {
     EXPECT_TRUE(p.deregMr(send, smr).isOk());
     EXPECT_TRUE(p.deregMr(recv, rmr).isOk());
   }
+  expectGroupedReceive(p, send, recv);
+  // A message whose tag the receive does not have is refused, not delivered.
+  std::vector<unsigned char> out(64, 9), in(64, 0);
+  void *smr = nullptr, *rmr = nullptr;
+  ASSERT_TRUE(p.regMr(send, out.data(), out.size(), &smr).isOk());
+  ASSERT_TRUE(p.regMr(recv, in.data(), in.size(), &rmr).isOk());
+  void *sreq = nullptr, *rreq = nullptr;
+  ASSERT_TRUE(p.irecv(recv, in.data(), in.size(), 3, rmr, &rreq).isOk());
+  ASSERT_TRUE(p.isend(send, out.data(), out.size(), 4, smr, &sreq).isOk());
+  bool sdone = false, rdone = false;
+  chorus::Status refused = chorus::Status::ok();
+  for (long i = 0; i < 10000000 && refused.isOk() && !rdone; ++i) {
+    if (!sdone) {
+      ASSERT_TRUE(p.test(sreq, &sdone, nullptr).isOk());
+    }
+    refused = p.test(rreq, &rdone, nullptr);
+  }
+  EXPECT_FALSE(refused.isOk());
+  EXPECT_FALSE(rdone);
+  EXPECT_EQ(in[0], 0);
   EXPECT_TRUE(p.closeSend(send).isOk());
   EXPECT_TRUE(p.closeRecv(recv).isOk());
 }

@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <strings.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdarg>
 #include <cstdio>
@@ -64,6 +65,8 @@ Status pluginStatus(ncclResult_t r, const char* what, const char* plugin) {
 template <class Net, class Props, int V>
 class PluginOf final : public NetPlugin {
  public:
+  static constexpr int kMaxGroup = 8;  // the most buffers of a grouped receive NCCL posts
+
   // The library stays loaded for the process's life (plugins keep threads and state), as NCCL
   // does.
   PluginOf(const Net* net, std::string library) : net_(net), library_(std::move(library)) {}
@@ -168,31 +171,46 @@ class PluginOf final : public NetPlugin {
   }
   Status irecv(void* recvComm, void* data, size_t size, int tag, void* mhandle,
                void** request) override {
+    return irecvGroup(recvComm, 1, &data, &size, &tag, &mhandle, request);
+  }
+  Status irecvGroup(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
+                    void** mhandles, void** request) override {
     *request = nullptr;
-    void* datas[1] = {data};
-    int tags[1] = {tag};
-    void* mhandles[1] = {mhandle};
+    if (n < 1 || n > kMaxGroup)
+      return internalError("net plugin %s: a grouped receive of %d buffers", net_->name, n);
+    int tagv[kMaxGroup];
+    std::copy(tags, tags + n, tagv);
     if constexpr (V >= 9) {
-      size_t sizes[1] = {size};
+      size_t sizev[kMaxGroup];
+      std::copy(sizes, sizes + n, sizev);
       if constexpr (V >= 10)
         PLUGIN_CALL("irecv",
-                    net_->irecv(recvComm, 1, datas, sizes, tags, mhandles, nullptr, request));
+                    net_->irecv(recvComm, n, data, sizev, tagv, mhandles, nullptr, request));
       else
-        PLUGIN_CALL("irecv", net_->irecv(recvComm, 1, datas, sizes, tags, mhandles, request));
+        PLUGIN_CALL("irecv", net_->irecv(recvComm, n, data, sizev, tagv, mhandles, request));
     } else {
-      if (size > static_cast<size_t>(INT_MAX))
-        return internalError("net plugin %s: a v8 irecv of %zu bytes", net_->name, size);
-      int sizes[1] = {static_cast<int>(size)};
-      PLUGIN_CALL("irecv", net_->irecv(recvComm, 1, datas, sizes, tags, mhandles, request));
+      int sizev[kMaxGroup];
+      for (int i = 0; i < n; ++i) {
+        if (sizes[i] > static_cast<size_t>(INT_MAX))
+          return internalError("net plugin %s: a v8 irecv of %zu bytes", net_->name, sizes[i]);
+        sizev[i] = static_cast<int>(sizes[i]);
+      }
+      PLUGIN_CALL("irecv", net_->irecv(recvComm, n, data, sizev, tagv, mhandles, request));
     }
     return Status::ok();
   }
   Status test(void* request, bool* done, size_t* size) override {
+    return testGroup(request, 1, done, size);
+  }
+  Status testGroup(void* request, int n, bool* done, size_t* sizes) override {
+    if (n < 1 || n > kMaxGroup)
+      return internalError("net plugin %s: a test of %d sizes", net_->name, n);
     int d = 0;
-    int sizes[1] = {0};
-    PLUGIN_CALL("test", net_->test(request, &d, sizes));
+    int sizev[kMaxGroup] = {};
+    PLUGIN_CALL("test", net_->test(request, &d, sizev));
     *done = d != 0;
-    if (*done && size != nullptr) *size = sizes[0] < 0 ? 0 : static_cast<size_t>(sizes[0]);
+    if (*done && sizes != nullptr)
+      for (int i = 0; i < n; ++i) sizes[i] = sizev[i] < 0 ? 0 : static_cast<size_t>(sizev[i]);
     return Status::ok();
   }
   Status closeSend(void* c) override {

@@ -47,6 +47,18 @@ class NetPlugin {
   virtual Status irecv(void* recvComm, void* data, size_t size, int tag, void* mhandle,
                        void** request) = 0;
   virtual Status test(void* request, bool* done, size_t* size) = 0;
+  // A grouped receive: n buffers (n up to the device's maxRecvs) in one request, each for the
+  // message with its tag; it completes when every one has its message. testGroup gives the n
+  // sizes (sizes: room for n, or null). Without the plugin's support only n = 1 is taken.
+  virtual Status irecvGroup(void* recvComm, int n, void** data, const size_t* sizes,
+                            const int* tags, void** mhandles, void** request) {
+    if (n != 1) return internalError("net %s takes no grouped receives", name());
+    return irecv(recvComm, data[0], sizes[0], tags[0], mhandles[0], request);
+  }
+  virtual Status testGroup(void* request, int n, bool* done, size_t* sizes) {
+    if (n != 1) return internalError("net %s takes no grouped receives", name());
+    return test(request, done, sizes);
+  }
   virtual Status closeSend(void* sendComm) = 0;
   virtual Status closeRecv(void* recvComm) = 0;
   virtual Status closeListen(void* listenComm) = 0;

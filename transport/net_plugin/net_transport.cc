@@ -2,13 +2,14 @@
 // socket transport, each connector is a FIFO in local memory whose far end is this
 // communicator's proxy; here the proxy moves slots with the plugin's isend/irecv/test. Each slot
 // travels as two messages, its 32-byte SlotInfo (size and call) and its data, both from memory
-// registered with the plugin once per connection; at most kInFlight slots per connection are
-// posted at a time (the plugin's request limit is far above). Receives are posted ahead into
-// free slots. Setup never blocks on the plugin: connect and accept are retried by whoever
-// drives progress (finishRecv's wait, the proxy), so two ranks that connect to each other
-// before accepting do not wait on each other. The receiver chooses its device and tells the
-// sender its rail and plane (v12 properties); the sender takes a device of the same rail and
-// plane, so a link never joins two rails of a fabric whose rails do not reach each other.
+// registered with the plugin once per connection, tagged 2r and 2r + 1 by their sender r; at
+// most kInFlight slots per connection are posted at a time (the plugin's request limit is far
+// above). Receives are posted ahead into free slots, a slot's two as one grouped receive where
+// the device takes them (maxRecvs of 2 or more). Setup never blocks on the plugin: connect and
+// accept are retried by whoever drives progress (finishRecv's wait, the proxy), so two ranks that
+// connect to each other before accepting do not wait on each other. The receiver chooses its device
+// and tells the sender its rail and plane (v12 properties); the sender takes a device of the same
+// rail and plane, so a link never joins two rails of a fabric whose rails do not reach each other.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -58,10 +59,11 @@ struct NetConn {
   FifoHeader* fifo = nullptr;
   char* data = nullptr;
   std::unique_ptr<SlotInfo[]> slotHeads{new SlotInfo[kMaxFifoSlots]};  // as sent or received
-  uint64_t posted = 0;  // slots whose two messages are posted
-  uint64_t done = 0;    // slots whose two messages completed, in order
+  uint64_t posted = 0;   // slots whose two messages are posted
+  uint64_t done = 0;     // slots whose two messages completed, in order
+  bool grouped = false;  // receive side: a slot's two messages in one grouped receive (head)
   struct Req {
-    void* head = nullptr;
+    void* head = nullptr;  // grouped: the request of both
     void* data = nullptr;
     bool headDone = false;
     bool dataDone = false;
@@ -224,6 +226,9 @@ class NetTransport final : public Transport, public ProxyLink {
     c->peer = peer;
     c->channel = channel;
     c->dev = dev;
+    NetPlugin::Properties p;
+    c->grouped = !isSend && paramInt("NET_GROUPED_RECVS") != 0 &&
+                 plugin_->properties(dev, &p).isOk() && p.maxRecvs >= 2;
     c->memory = allocLocalFifo(ctx_.geometry, this, &c->fifo, &c->data);
     return c;
   }
@@ -273,9 +278,10 @@ class NetTransport final : public Transport, public ProxyLink {
         c.listenComm = nullptr;
       }
       if (s.isOk())
-        LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d through net plugin %s (device %d%s)",
+        LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d through net plugin %s (device %d%s)%s",
                  ctx_.rank, c.isSend ? "sending to" : "receiving from", c.peer, c.channel,
-                 plugin_->name(), c.dev, railText(c.dev).c_str());
+                 plugin_->name(), c.dev, railText(c.dev).c_str(),
+                 c.grouped ? ", a slot's header and data in one grouped receive" : "");
     }
     if (!s.isOk()) fail(c, s);
   }
@@ -288,7 +294,8 @@ class NetTransport final : public Transport, public ProxyLink {
     }
     const uint32_t nslots = ctx_.geometry.nslots;
     const size_t slotBytes = ctx_.geometry.slotBytes;
-    const int tag = c.isSend ? ctx_.rank : c.peer;
+    const int sender = c.isSend ? ctx_.rank : c.peer;
+    int tags[2] = {2 * sender, 2 * sender + 1};  // the header's, the data's
     bool moved = false;
     // Complete, in order, before posting more: a post that finds the connection broken must
     // not lose what already arrived.
@@ -296,6 +303,23 @@ class NetTransport final : public Transport, public ProxyLink {
       NetConn::Req& r = c.reqs[c.done % kInFlight];
       const uint64_t slot = c.done % nslots;
       size_t got = 0;
+      if (c.grouped) {
+        size_t sizes[2] = {0, 0};
+        Status s = plugin_->testGroup(r.head, 2, &r.headDone, sizes);
+        if (!s.isOk()) {
+          fail(c, s);
+          return true;
+        }
+        if (!r.headDone) break;
+        got = sizes[1];
+        r.dataDone = true;
+        if (sizes[0] != sizeof(SlotInfo) || got != c.slotHeads[slot].bytes || got > slotBytes) {
+          fail(c,
+               internalError("a message of %zu bytes where its header (%zu bytes) said %llu", got,
+                             sizes[0], static_cast<unsigned long long>(c.slotHeads[slot].bytes)));
+          return true;
+        }
+      }
       if (!r.headDone) {
         Status s = plugin_->test(r.head, &r.headDone, nullptr);
         if (!s.isOk()) {
@@ -337,12 +361,28 @@ class NetTransport final : public Transport, public ProxyLink {
       NetConn::Req& r = c.reqs[c.posted % kInFlight];
       char* slotData = c.data + slot * slotBytes;
       Status s = Status::ok();
+      if (c.grouped) {
+        void* bufs[2] = {&c.slotHeads[slot], slotData};
+        const size_t sizes[2] = {sizeof(SlotInfo), slotBytes};
+        void* mrs[2] = {c.headMr, c.dataMr};
+        s = plugin_->irecvGroup(c.comm, 2, bufs, sizes, tags, mrs, &r.head);
+        if (!s.isOk()) {
+          fail(c, s);
+          return true;
+        }
+        if (r.head == nullptr) break;
+        ++c.posted;
+        moved = true;
+        continue;
+      }
       if (r.head == nullptr) {
         if (c.isSend) {
           c.slotHeads[slot] = c.fifo->slots[slot];
-          s = plugin_->isend(c.comm, &c.slotHeads[slot], sizeof(SlotInfo), tag, c.headMr, &r.head);
+          s = plugin_->isend(c.comm, &c.slotHeads[slot], sizeof(SlotInfo), tags[0], c.headMr,
+                             &r.head);
         } else {
-          s = plugin_->irecv(c.comm, &c.slotHeads[slot], sizeof(SlotInfo), tag, c.headMr, &r.head);
+          s = plugin_->irecv(c.comm, &c.slotHeads[slot], sizeof(SlotInfo), tags[0], c.headMr,
+                             &r.head);
         }
         if (!s.isOk()) {
           fail(c, s);
@@ -350,9 +390,9 @@ class NetTransport final : public Transport, public ProxyLink {
         }
         if (r.head == nullptr) break;
       }
-      s = c.isSend
-              ? plugin_->isend(c.comm, slotData, c.slotHeads[slot].bytes, tag, c.dataMr, &r.data)
-              : plugin_->irecv(c.comm, slotData, slotBytes, tag, c.dataMr, &r.data);
+      s = c.isSend ? plugin_->isend(c.comm, slotData, c.slotHeads[slot].bytes, tags[1], c.dataMr,
+                                    &r.data)
+                   : plugin_->irecv(c.comm, slotData, slotBytes, tags[1], c.dataMr, &r.data);
       if (!s.isOk()) {
         fail(c, s);
         return true;

@@ -6,9 +6,12 @@
 // as many devices over that interface, each reporting its path as pciPath, as a host with
 // several NICs would; EXAMPLE_NET_RAILS (comma-separated, "rail" or "rail.plane" per device)
 // gives them the rails and planes v12 reports, and makes the plugin a rail-only fabric: a
-// connect from a device to a listener of another rail or plane fails. Every call is non-blocking:
-// connect keeps its state in the handle, and test() moves the bytes of a comm's requests, in order,
-// as far as the socket takes them. NET_EXAMPLE_MAX_VERSION (8 to 12) limits the tables it exports.
+// connect from a device to a listener of another rail or plane fails. Every call is
+// non-blocking: connect keeps its state in the handle, and test() moves the bytes of a comm's
+// requests, in order, as far as the socket takes them. A receive takes only a message of its
+// tag; a grouped receive (maxRecvs 8, or EXAMPLE_NET_MAX_RECVS from 1 to 8) takes its buffers'
+// messages in whatever order they come, each into the buffer of its tag.
+// NET_EXAMPLE_MAX_VERSION (8 to 12) limits the tables it exports.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -39,6 +42,8 @@ namespace {
 constexpr uint32_t kHandleMagic = 0x45584e54;  // "EXNT"
 constexpr uint32_t kWireMagic = 0x45584d53;    // "EXMS"
 constexpr int kMaxRequests = NCCL_NET_MAX_REQUESTS;
+constexpr int kMaxRecvs = 8;
+int gMaxRecvs = kMaxRecvs;
 
 ncclDebugLogger_t gLog = nullptr;
 sockaddr_in gAddr;  // the device's address (port 0)
@@ -76,9 +81,13 @@ struct Request {
   bool used = false;
   bool done = false;
   bool isSend = false;
-  char* data = nullptr;
-  size_t size = 0;  // send: its size; receive: what arrived (known once its header did)
-  size_t capacity = 0;
+  int n = 1;  // buffers: a send's one, a receive's 1 to gMaxRecvs
+  char* data[kMaxRecvs] = {};
+  size_t size[kMaxRecvs] = {};  // send: its size; receive: what arrived in each
+  size_t capacity[kMaxRecvs] = {};
+  int tag[kMaxRecvs] = {};
+  unsigned filled = 0;  // receive: the buffers whose message arrived, one bit each
+  int cur = 0;          // the buffer the message on the wire goes to
   Wire wire{};
   size_t wireDone = 0;
   size_t bodyDone = 0;
@@ -141,6 +150,9 @@ void readDevicesOnce() {
   }
   for (int d = 0; d < kMaxDevices; ++d) snprintf(gDevName[d], sizeof gDevName[0], "example%d", d);
   readRails(getenv("EXAMPLE_NET_RAILS"));
+  const char* recvs = getenv("EXAMPLE_NET_MAX_RECVS");
+  gMaxRecvs = recvs != nullptr ? atoi(recvs) : kMaxRecvs;
+  if (gMaxRecvs < 1 || gMaxRecvs > kMaxRecvs) gMaxRecvs = kMaxRecvs;
 }
 
 bool badDev(int dev) {
@@ -190,7 +202,7 @@ void fillCommon(int dev, Props* p) {
   p->port = 0;
   p->latency = 0;
   p->maxComms = 65536;
-  p->maxRecvs = 1;
+  p->maxRecvs = gMaxRecvs;
   p->netDeviceType = NCCL_NET_DEVICE_HOST;
   p->netDeviceVersion = 0;
 }
@@ -291,16 +303,24 @@ ncclResult_t exampleDeregMr(void*, void* mhandle) {
   return mhandle == &gMr ? ncclSuccess : ncclInternalError;
 }
 
-Request* post(Comm* c, char* data, size_t size, int tag) {
+// size(i): buffer i's size.
+template <class Size>
+Request* post(Comm* c, int n, void** data, Size size, const int* tags) {
   for (Request& r : c->reqs) {
     if (r.used) continue;
     r.used = true;
     r.done = false;
     r.isSend = c->isSend;
-    r.data = data;
-    r.size = c->isSend ? size : 0;
-    r.capacity = size;
-    r.wire = Wire{size, tag, kWireMagic};
+    r.n = n;
+    for (int i = 0; i < n; ++i) {
+      r.data[i] = static_cast<char*>(data[i]);
+      r.capacity[i] = size(i);
+      r.size[i] = c->isSend ? size(i) : 0;
+      r.tag[i] = tags[i];
+    }
+    r.filled = 0;
+    r.cur = 0;
+    r.wire = Wire{r.size[0], tags[0], kWireMagic};
     r.wireDone = 0;
     r.bodyDone = 0;
     c->queue.push_back(&r);
@@ -309,15 +329,32 @@ Request* post(Comm* c, char* data, size_t size, int tag) {
   return nullptr;  // all busy: the caller posts again later
 }
 
-ncclResult_t exampleIsend(void* sendComm, void* data, size_t size, void** request) {
-  *request = post(static_cast<Comm*>(sendComm), static_cast<char*>(data), size, 0);
+ncclResult_t exampleIsend(void* sendComm, void* data, size_t size, int tag, void** request) {
+  *request = post(
+      static_cast<Comm*>(sendComm), 1, &data, [&](int) { return size; }, &tag);
   return ncclSuccess;
 }
 
-ncclResult_t exampleIrecv(void* recvComm, int n, void** data, size_t size, void** request) {
-  if (n != 1) return ncclInternalError;  // maxRecvs is 1
-  *request = post(static_cast<Comm*>(recvComm), static_cast<char*>(data[0]), size, 0);
+template <class Size>
+ncclResult_t exampleIrecv(void* recvComm, int n, void** data, const Size* sizes, const int* tags,
+                          void** request) {
+  *request = nullptr;
+  if (n < 1 || n > gMaxRecvs) return ncclInvalidArgument;
+  for (int i = 0; i < n; ++i)
+    if (sizes[i] < 0) return ncclInvalidArgument;
+  *request = post(
+      static_cast<Comm*>(recvComm), n, data, [&](int i) { return static_cast<size_t>(sizes[i]); },
+      tags);
   return ncclSuccess;
+}
+
+// The buffer of a receive that takes the message on the wire: the first not filled with its
+// tag (-1: none, or too small).
+int matchBuffer(const Request* r) {
+  for (int i = 0; i < r->n; ++i)
+    if ((r->filled & (1u << i)) == 0 && r->tag[i] == r->wire.tag)
+      return r->wire.size <= r->capacity[i] ? i : -1;
+  return -1;
 }
 
 // Moves bytes of r, which heads its comm's queue; false on a broken connection.
@@ -330,12 +367,17 @@ bool advance(Request* r) {
       p = reinterpret_cast<char*>(&r->wire) + r->wireDone;
       left = sizeof(Wire) - r->wireDone;
     } else {
-      p = r->data + r->bodyDone;
-      left = r->size - r->bodyDone;
+      p = r->data[r->cur] + r->bodyDone;
+      left = r->size[r->cur] - r->bodyDone;
     }
     if (left == 0) {
-      r->done = true;
-      return true;
+      r->filled |= 1u << r->cur;
+      if (r->isSend || r->filled == (1u << r->n) - 1) {
+        r->done = true;
+        return true;
+      }
+      r->wireDone = r->bodyDone = 0;  // the next message of the group
+      continue;
     }
     ssize_t n = r->isSend ? send(c->fd, p, left, MSG_NOSIGNAL) : recv(c->fd, p, left, 0);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
@@ -347,12 +389,16 @@ bool advance(Request* r) {
     if (r->wireDone < sizeof(Wire)) {
       r->wireDone += static_cast<size_t>(n);
       if (!r->isSend && r->wireDone == sizeof(Wire)) {
-        if (r->wire.magic != kWireMagic || r->wire.size > r->capacity) {
-          EXAMPLE_WARN("example net plugin: a message of %llu bytes for a receive of %zu",
-                       static_cast<unsigned long long>(r->wire.size), r->capacity);
+        r->cur = r->wire.magic == kWireMagic ? matchBuffer(r) : -1;
+        if (r->cur < 0) {
+          EXAMPLE_WARN(
+              "example net plugin: a message of %llu bytes tagged %d for a receive "
+              "of %d buffer%s (the first: %zu bytes, tag %d)",
+              static_cast<unsigned long long>(r->wire.size), r->wire.tag, r->n,
+              r->n == 1 ? "" : "s", r->capacity[0], r->tag[0]);
           return false;
         }
-        r->size = r->wire.size;
+        r->size[r->cur] = r->wire.size;
       }
     } else {
       r->bodyDone += static_cast<size_t>(n);
@@ -379,7 +425,8 @@ ncclResult_t exampleTest(void* request, int* done, int* sizes) {
     return ncclSuccess;
   }
   *done = 1;
-  if (sizes != nullptr) sizes[0] = r->size > INT_MAX ? INT_MAX : static_cast<int>(r->size);
+  for (int i = 0; sizes != nullptr && i < r->n; ++i)
+    sizes[i] = r->size[i] > INT_MAX ? INT_MAX : static_cast<int>(r->size[i]);
   r->used = false;
   return ncclSuccess;
 }
@@ -442,27 +489,26 @@ ncclResult_t connectV8(int dev, void* h, void** c, ncclNetDeviceHandle_v8_t**) {
 ncclResult_t acceptAny(void* l, void** c, ncclNetDeviceHandle_v8_t**) {
   return exampleAccept(l, c);
 }
-ncclResult_t isendV8(void* c, void* d, int size, int, void*, void** req) {
-  return size < 0 ? ncclInvalidArgument : exampleIsend(c, d, static_cast<size_t>(size), req);
+ncclResult_t isendV8(void* c, void* d, int size, int tag, void*, void** req) {
+  return size < 0 ? ncclInvalidArgument : exampleIsend(c, d, static_cast<size_t>(size), tag, req);
 }
-[[maybe_unused]] ncclResult_t isendV9(void* c, void* d, size_t size, int, void*, void** req) {
-  return exampleIsend(c, d, size, req);
+[[maybe_unused]] ncclResult_t isendV9(void* c, void* d, size_t size, int tag, void*, void** req) {
+  return exampleIsend(c, d, size, tag, req);
 }
-[[maybe_unused]] ncclResult_t isendV10(void* c, void* d, size_t size, int, void*, void*,
+[[maybe_unused]] ncclResult_t isendV10(void* c, void* d, size_t size, int tag, void*, void*,
                                        void** req) {
-  return exampleIsend(c, d, size, req);
+  return exampleIsend(c, d, size, tag, req);
 }
-ncclResult_t irecvV8(void* c, int n, void** d, int* sizes, int*, void**, void** req) {
-  return sizes[0] < 0 ? ncclInvalidArgument
-                      : exampleIrecv(c, n, d, static_cast<size_t>(sizes[0]), req);
+ncclResult_t irecvV8(void* c, int n, void** d, int* sizes, int* tags, void**, void** req) {
+  return exampleIrecv(c, n, d, sizes, tags, req);
 }
-[[maybe_unused]] ncclResult_t irecvV9(void* c, int n, void** d, size_t* sizes, int*, void**,
+[[maybe_unused]] ncclResult_t irecvV9(void* c, int n, void** d, size_t* sizes, int* tags, void**,
                                       void** req) {
-  return exampleIrecv(c, n, d, sizes[0], req);
+  return exampleIrecv(c, n, d, sizes, tags, req);
 }
-[[maybe_unused]] ncclResult_t irecvV10(void* c, int n, void** d, size_t* sizes, int*, void**,
+[[maybe_unused]] ncclResult_t irecvV10(void* c, int n, void** d, size_t* sizes, int* tags, void**,
                                        void**, void** req) {
-  return exampleIrecv(c, n, d, sizes[0], req);
+  return exampleIrecv(c, n, d, sizes, tags, req);
 }
 
 // v11: the network is initialised with a context, which listen and connect get back. This
