@@ -83,6 +83,11 @@ const std::vector<ParamDef> kParams = {
      "channel c takes device c mod devices on every rank, so both ends of a link use the same "
      "device index (fabrics whose rails do not reach each other)",
      false},
+    {"NET_MERGE", ParamType::kString, "auto",
+     "Devices of a net plugin fused into virtual NICs (makeVDevice, ncclNet v9 and newer): "
+     "auto, the devices that share a PCI path (the ports of one NIC); none; or groups of device "
+     "indices, \"0,1;2,3\"",
+     false},
     {"NET_GROUPED_RECVS", ParamType::kInt, "1",
      "1: a slot's header and data are received as one grouped receive where the plugin's "
      "device takes them (maxRecvs 2 or more); 0: as two receives",

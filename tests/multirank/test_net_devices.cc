@@ -52,6 +52,7 @@ std::vector<std::string> readLogs(const std::string& dir) {
 // What the ranks' logs say of one run: each rank's NUMA node and chosen devices, and every
 // link through the plugin as (channel, device).
 struct Seen {
+  std::vector<std::string> listings;  // each rank's list of the plugin's devices
   std::set<int> nodes;
   std::set<std::string> chosen;
   std::set<std::pair<int, int>> links;
@@ -100,6 +101,7 @@ Seen runThroughPlugin(const std::string& root, const std::string& paths,
   for (const std::string& line : readLogs(logs)) {
     std::smatch m;
     if (std::regex_search(line, m, choice)) {
+      seen.listings.push_back(line.substr(line.find("devices ")));
       seen.nodes.insert(std::stoi(m[1]));
       seen.chosen.insert(m[2]);
     }
@@ -161,6 +163,27 @@ TEST(NetDevices, BothEndsOfALinkTakeTheSameRail) {
   // the other way round.
   EXPECT_EQ(seen.receives, (Ends{{0, 0, 0}, {0, 0, 1}, {1, 1, 1}, {1, 1, 0}}));
   EXPECT_EQ(seen.sends, (Ends{{0, 1, 1}, {0, 1, 0}, {1, 0, 0}, {1, 0, 1}}));
+}
+
+// Two ports of one NIC (one PCI directory) and another NIC: the ports are one virtual device
+// (makeVDevice), Chorus's device 0, through which the links of both channels go.
+TEST(NetDevices, PortsOfOneNicRunAsOneVirtualDevice) {
+  ASSERT_NE(getenv("NET_EXAMPLE"), nullptr);
+  char dir[] = "/tmp/chorus-netfuse-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string root = dir;
+  const std::string nicA = makeDevice(root, "nicA", 0), nicB = makeDevice(root, "nicB", 1);
+  const Seen seen =
+      runThroughPlugin(root, nicA + "," + nicA + "," + nicB, {"CHORUS_NET_NUMA_DEVICES=0"});
+  std::filesystem::remove_all(root);
+  ASSERT_EQ(seen.listings.size(), 2u);
+  for (const std::string& listing : seen.listings)
+    EXPECT_EQ(listing.rfind("devices 0 example0+example1 (NUMA node 0, rail 0 plane 0), 1 "
+                            "example2 (NUMA node 1, rail 0 plane 0);",
+                            0),
+              0u)
+        << listing;
+  EXPECT_EQ(seen.links, (std::set<std::pair<int, int>>{{0, 0}, {1, 1}}));
 }
 
 }  // namespace

@@ -36,9 +36,10 @@ inline void connectPair(chorus::NetPlugin& p, int dev, void** send, void** recv)
 }
 
 // What processNetPlugin chooses in a fresh process (it chooses once per process) with env set:
-// "none", "<name> v<version>", or "error <code>: <message>".
-
-inline std::string chooseInChild(const std::vector<std::pair<const char*, const char*>>& env) {
+// "none", "<name> v<version>", or "error <code>: <message>"; withDevices adds the devices'
+// names as Chorus numbers them, ": <name0>, <name1>, ...".
+inline std::string chooseInChild(const std::vector<std::pair<const char*, const char*>>& env,
+                                 bool withDevices = false) {
   int fds[2];
   if (pipe(fds) != 0) return "pipe failed";
   pid_t pid = fork();
@@ -54,6 +55,13 @@ inline std::string chooseInChild(const std::vector<std::pair<const char*, const 
       out = "none";
     else
       out = std::string(chosen.value()->name()) + " v" + std::to_string(chosen.value()->version());
+    for (int d = 0;
+         withDevices && chosen.isOk() && chosen.value() != nullptr && d < chosen.value()->devices();
+         ++d) {
+      chorus::NetPlugin::Properties props;
+      out += (d == 0 ? ": " : ", ") +
+             (chosen.value()->properties(d, &props).isOk() ? props.name : std::string("?"));
+    }
     ssize_t w = write(fds[1], out.data(), out.size());
     _exit(w == static_cast<ssize_t>(out.size()) ? 0 : 1);
   }

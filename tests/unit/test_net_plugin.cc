@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -260,6 +261,88 @@ TEST(NetPluginChoice, FollowsNcclNetPluginAndNcclNet) {
       << wrongNet;
   const std::string unknown = chooseInChild({{"NCCL_NET_PLUGIN", v10}, {"NCCL_NET", "Foo"}});
   EXPECT_EQ(unknown.rfind("error 4: NCCL_NET=Foo: no such network", 0), 0u) << unknown;
+}
+
+// Which devices fuse into virtual NICs: by default those of one PCI path (the ports of a NIC),
+// else the groups CHORUS_NET_MERGE names; a wrong value says what is wrong in it.
+TEST(NetDevices, MergeGroups) {
+  using G = std::vector<std::vector<int>>;
+  const std::vector<std::string> paths = {"/nicA", "/nicA", "/nicB", "", "", "/nicA", "/nicB"};
+  auto groups = [&](const char* value, int maxPerNic = 4) {
+    auto g = chorus::netMergeGroups(value, paths, maxPerNic);
+    EXPECT_TRUE(g.isOk()) << g.status().message();
+    return g.isOk() ? g.value() : G{};
+  };
+  EXPECT_EQ(groups("auto"), (G{{0, 1, 5}, {2, 6}}));  // devices without a path stay apart
+  EXPECT_EQ(groups(""), (G{{0, 1, 5}, {2, 6}}));
+  EXPECT_EQ(groups("auto", 2), (G{{0, 1}, {2, 6}}));  // at most maxPerNic in one
+  EXPECT_EQ(groups("none"), G{});
+  EXPECT_EQ(groups("0"), G{});
+  EXPECT_EQ(groups("3,4;0,2"), (G{{0, 2}, {3, 4}}));
+  EXPECT_EQ(groups("6,0,1"), (G{{6, 0, 1}}));
+  auto error = [&](const char* value) {
+    auto g = chorus::netMergeGroups(value, paths, 4);
+    EXPECT_FALSE(g.isOk()) << value;
+    EXPECT_EQ(g.status().code(), chorus::Code::kInvalidArgument);
+    return g.isOk() ? std::string() : g.status().message();
+  };
+  EXPECT_EQ(error("0,9"), "CHORUS_NET_MERGE=0,9: device 9 does not exist (the plugin has 7)");
+  EXPECT_EQ(error("0,1;1,2"), "CHORUS_NET_MERGE=0,1;1,2: device 1 is in two groups");
+  EXPECT_EQ(error("0,1,2,3,4"), "CHORUS_NET_MERGE=0,1,2,3,4: a group of 5 devices (2 to 4)");
+  EXPECT_EQ(error("3"), "CHORUS_NET_MERGE=3: a group of 1 devices (2 to 4)");
+  EXPECT_EQ(error("0,x"), "CHORUS_NET_MERGE=0,x: \"x\" is not a device index");
+  EXPECT_EQ(error("0-1"), "CHORUS_NET_MERGE=0-1: \"-1\" is neither ',' nor ';'");
+}
+
+// Through the loader in fresh processes: the example's two ports of one PCI device become one
+// virtual device in their first one's place (v9 and newer have makeVDevice), or stay two (v8, or
+// CHORUS_NET_MERGE=none); a merge v8 cannot do is an error.
+// The example reads its environment once per process, and this process (whose children the
+// checks run in) may have loaded it already: they load copies it never loaded.
+std::string freshCopy(const char* env, const std::string& dir) {
+  const char* path = getenv(env);
+  if (path == nullptr) return "";
+  const std::string copy = dir + "/" + env + ".so";
+  std::filesystem::copy_file(path, copy, std::filesystem::copy_options::overwrite_existing);
+  return copy;
+}
+
+TEST(NetDevices, PortsOfOneNicFuseIntoAVirtualDevice) {
+  char dir[] = "/tmp/chorus-netfuse-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string c12 = freshCopy("NET_EXAMPLE_V12", dir), c9 = freshCopy("NET_EXAMPLE_V9", dir),
+                    c8 = freshCopy("NET_EXAMPLE_V8", dir);
+  ASSERT_FALSE(c12.empty() || c9.empty() || c8.empty());
+  const char *v12 = c12.c_str(), *v9 = c9.c_str(), *v8 = c8.c_str();
+  const char* paths = "/sys/nicA,/sys/nicB,/sys/nicA";
+  EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", v12}, {"EXAMPLE_NET_PCI_PATHS", paths}}, true),
+            "ExampleSocket v12: example0+example2, example1");
+  EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", v9}, {"EXAMPLE_NET_PCI_PATHS", paths}}, true),
+            "ExampleSocket v9: example0+example2, example1");
+  EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", v8}, {"EXAMPLE_NET_PCI_PATHS", paths}}, true),
+            "ExampleSocket v8: example0, example1, example2");
+  EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", v12},
+                           {"EXAMPLE_NET_PCI_PATHS", paths},
+                           {"CHORUS_NET_MERGE", "none"}},
+                          true),
+            "ExampleSocket v12: example0, example1, example2");
+  EXPECT_EQ(
+      chooseInChild(
+          {{"NCCL_NET_PLUGIN", v12}, {"EXAMPLE_NET_PCI_PATHS", paths}, {"CHORUS_NET_MERGE", "1,2"}},
+          true),
+      "ExampleSocket v12: example0, example1+example2");
+  // Devices of different rails are not one NIC: the plugin refuses, and init says so.
+  const std::string rails = chooseInChild(
+      {{"NCCL_NET_PLUGIN", v12}, {"EXAMPLE_NET_PCI_PATHS", paths}, {"EXAMPLE_NET_RAILS", "0,0,1"}});
+  EXPECT_EQ(rails.rfind("error 5: NCCL_NET_PLUGIN=", 0), 0u) << rails;
+  EXPECT_NE(rails.find("makeVDevice failed (error 4)"), std::string::npos) << rails;
+  const std::string noFuse = chooseInChild(
+      {{"NCCL_NET_PLUGIN", v8}, {"EXAMPLE_NET_PCI_PATHS", paths}, {"CHORUS_NET_MERGE", "0,2"}});
+  EXPECT_NE(noFuse.find("CHORUS_NET_MERGE=0,2: net plugin ExampleSocket (ncclNet v8) cannot fuse "
+                        "devices (no makeVDevice)"),
+            std::string::npos)
+      << noFuse;
+  std::filesystem::remove_all(dir);
 }
 
 // A rank's channels take the network devices on its NUMA node, else all of them.

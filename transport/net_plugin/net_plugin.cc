@@ -4,11 +4,14 @@
 #include <strings.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <climits>
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
+#include <utility>
 
 #include "common/log.h"
 #include "common/param.h"
@@ -55,6 +58,14 @@ Status pluginStatus(ncclResult_t r, const char* what, const char* plugin) {
   return Status(c, formatString("net plugin %s: %s failed (error %d)", plugin, what, code));
 }
 
+// The type of a function pointer's second parameter.
+template <class F>
+struct SecondArg;
+template <class R, class A, class B>
+struct SecondArg<R (*)(A, B)> {
+  using type = B;
+};
+
 #define PLUGIN_CALL(what, call)                                       \
   do {                                                                \
     ncclResult_t r_ = (call);                                         \
@@ -87,16 +98,84 @@ class PluginOf final : public NetPlugin {
     PLUGIN_CALL("devices", net_->devices(&n));
     if (n <= 0)
       return invalidUsage("net plugin %s (%s) has no device", net_->name, library_.c_str());
-    devices_ = n;
+    for (int d = 0; d < n; ++d) map_.push_back(d);
+    return fuse();
+  }
+
+  // Fuses the groups CHORUS_NET_MERGE gives (by default the ports of one NIC) into virtual
+  // devices with makeVDevice; each takes its first member's place in Chorus's numbering and
+  // the other members leave it.
+  Status fuse() {
+    const ParamValue setting = paramRaw("NET_MERGE");
+    std::vector<std::string> paths, names;
+    for (int d : map_) {
+      Props p;
+      std::memset(&p, 0, sizeof p);
+      PLUGIN_CALL("getProperties", net_->getProperties(d, &p));
+      paths.push_back(p.pciPath != nullptr ? p.pciPath : "");
+      names.push_back(p.name != nullptr ? p.name : "");
+    }
+    int maxPerNic = 1;
+    if constexpr (V >= 12)
+      maxPerNic = NCCL_NET_MAX_DEVS_PER_NIC_V12;
+    else if constexpr (V >= 9)
+      maxPerNic = NCCL_NET_MAX_DEVS_PER_NIC;
+    Result<std::vector<std::vector<int>>> groups =
+        netMergeGroups(setting.value, paths, std::max(maxPerNic, 2));
+    if (!groups.isOk()) return groups.status();
+    if (groups.value().empty()) return Status::ok();
+    bool canFuse = false;
+    if constexpr (V >= 9) canFuse = net_->makeVDevice != nullptr;
+    if (!canFuse) {
+      if (setting.isSet)
+        return invalidUsage(
+            "%s=%s: net plugin %s (ncclNet v%d) cannot fuse devices (no "
+            "makeVDevice)",
+            setting.source.c_str(), setting.value.c_str(), net_->name, V);
+      LOG_INFO(kSubsysNet,
+               "net plugin %s (ncclNet v%d) has no makeVDevice: ports of one NIC "
+               "stay separate devices",
+               net_->name, V);
+      return Status::ok();
+    }
+    if constexpr (V >= 9) {
+      using VProps = std::remove_pointer_t<typename SecondArg<decltype(net_->makeVDevice)>::type>;
+      std::vector<int> fused = map_;
+      for (const std::vector<int>& g : groups.value()) {
+        VProps vp;
+        std::memset(&vp, 0, sizeof vp);
+        vp.ndevs = static_cast<int>(g.size());
+        std::string members;
+        for (size_t i = 0; i < g.size(); ++i) {
+          vp.devs[i] = g[i];
+          members += formatString("%s%d (%s)",
+                                  i == 0              ? ""
+                                  : i + 1 == g.size() ? " and "
+                                                      : ", ",
+                                  g[i], names[static_cast<size_t>(g[i])].c_str());
+          fused[static_cast<size_t>(g[i])] = -1;
+        }
+        int v = -1;
+        PLUGIN_CALL("makeVDevice", net_->makeVDevice(&v, &vp));
+        if (v < 0) return internalError("net plugin %s: makeVDevice gave device %d", net_->name, v);
+        fused[static_cast<size_t>(g[0])] = v;
+        LOG_INFO(kSubsysNet, "net plugin %s: devices %s fused into virtual device %d%s", net_->name,
+                 members.c_str(), v, setting.isSet ? "" : " (ports of one PCI device)");
+      }
+      map_.clear();
+      for (int d : fused)
+        if (d >= 0) map_.push_back(d);
+    }
     return Status::ok();
   }
 
   const char* name() const override { return net_->name; }
   int version() const override { return V; }
   const std::string& library() const override { return library_; }
-  int devices() const override { return devices_; }
+  int devices() const override { return static_cast<int>(map_.size()); }
 
   Status properties(int dev, Properties* out) override {
+    CHORUS_TRY(toPlugin(&dev));
     Props p;
     std::memset(&p, 0, sizeof p);
     PLUGIN_CALL("getProperties", net_->getProperties(dev, &p));
@@ -118,6 +197,7 @@ class PluginOf final : public NetPlugin {
 
   Status listen(int dev, void* handle, void** listenComm) override {
     *listenComm = nullptr;
+    CHORUS_TRY(toPlugin(&dev));
     if constexpr (V >= 11)
       PLUGIN_CALL("listen", net_->listen(ctx_, dev, handle, listenComm));
     else
@@ -128,6 +208,7 @@ class PluginOf final : public NetPlugin {
   }
   Status connect(int dev, void* handle, void** sendComm) override {
     *sendComm = nullptr;
+    CHORUS_TRY(toPlugin(&dev));
     ncclNetDeviceHandle_v8_t* devComm = nullptr;  // the same type in every version
     if constexpr (V >= 11) {
       PLUGIN_CALL("connect", net_->connect(ctx_, dev, handle, sendComm, &devComm));
@@ -227,9 +308,17 @@ class PluginOf final : public NetPlugin {
   }
 
  private:
+  // Chorus's device index to the plugin's (virtual devices in place of their members).
+  Status toPlugin(int* dev) const {
+    if (*dev < 0 || *dev >= static_cast<int>(map_.size()))
+      return internalError("net plugin %s: no device %d", net_->name, *dev);
+    *dev = map_[static_cast<size_t>(*dev)];
+    return Status::ok();
+  }
+
   const Net* net_;
   std::string library_;
-  int devices_ = 0;
+  std::vector<int> map_;
   void* ctx_ = nullptr;  // v11 and v12: what init gave, for listen and connect (the process's life)
 };
 
@@ -250,6 +339,64 @@ bool looksLikeFile(const std::string& s) {
 }
 
 }  // namespace
+
+Result<std::vector<std::vector<int>>> netMergeGroups(const std::string& value,
+                                                     const std::vector<std::string>& pciPaths,
+                                                     int maxPerNic) {
+  const int n = static_cast<int>(pciPaths.size());
+  std::vector<std::vector<int>> groups;
+  if (value.empty() || strcasecmp(value.c_str(), "auto") == 0) {
+    std::vector<bool> taken(pciPaths.size(), false);
+    for (int d = 0; d < n; ++d) {
+      if (taken[d] || pciPaths[d].empty()) continue;
+      std::vector<int> g{d};
+      for (int e = d + 1; e < n && static_cast<int>(g.size()) < maxPerNic; ++e)
+        if (!taken[e] && pciPaths[e] == pciPaths[d]) {
+          g.push_back(e);
+          taken[e] = true;
+        }
+      if (g.size() >= 2) groups.push_back(g);
+    }
+    return groups;
+  }
+  if (strcasecmp(value.c_str(), "none") == 0 || value == "0") return groups;
+  std::vector<bool> taken(pciPaths.size(), false);
+  const char* p = value.c_str();
+  while (*p != '\0') {
+    std::vector<int> g;
+    while (true) {
+      char* end = nullptr;
+      errno = 0;
+      const long d = strtol(p, &end, 10);
+      if (end == p || errno != 0)
+        return invalidArgument("CHORUS_NET_MERGE=%s: \"%s\" is not a device index", value.c_str(),
+                               p);
+      if (d < 0 || d >= n)
+        return invalidArgument(
+            "CHORUS_NET_MERGE=%s: device %ld does not exist (the plugin has "
+            "%d)",
+            value.c_str(), d, n);
+      if (taken[d])
+        return invalidArgument("CHORUS_NET_MERGE=%s: device %ld is in two groups", value.c_str(),
+                               d);
+      taken[d] = true;
+      g.push_back(static_cast<int>(d));
+      p = end;
+      if (*p != ',') break;
+      ++p;
+    }
+    if (*p != '\0' && *p != ';')
+      return invalidArgument("CHORUS_NET_MERGE=%s: \"%s\" is neither ',' nor ';'", value.c_str(),
+                             p);
+    if (g.size() < 2 || static_cast<int>(g.size()) > maxPerNic)
+      return invalidArgument("CHORUS_NET_MERGE=%s: a group of %zu devices (2 to %d)", value.c_str(),
+                             g.size(), maxPerNic);
+    groups.push_back(g);
+    if (*p == ';') ++p;
+  }
+  std::sort(groups.begin(), groups.end());
+  return groups;
+}
 
 int netDeviceNumaNode(const std::string& pciPath) {
   if (pciPath.empty()) return -1;

@@ -89,6 +89,15 @@ int netDeviceNumaNode(const std::string& pciPath);
 // of them. deviceNodes[d] is device d's node (-1: unknown).
 std::vector<int> nearNetDevices(const std::vector<int>& deviceNodes, int node);
 
+// The groups of a plugin's devices to fuse into virtual NICs (makeVDevice, v9 and newer), from
+// CHORUS_NET_MERGE's value: "auto" (or empty) the devices that share a PCI path, the ports of
+// one NIC; "none" (or "0") no group; else groups by device index, "0,1;2,3". Each group lists
+// 2 to maxPerNic devices, in order; groups are ordered by their first member. An error names
+// what in the value is wrong.
+Result<std::vector<std::vector<int>>> netMergeGroups(const std::string& value,
+                                                     const std::vector<std::string>& pciPaths,
+                                                     int maxPerNic);
+
 // When processNetPlugin left the sockets although Chorus's IB network was not turned off by
 // NCCL_NET: why the IB network could not be used ("" otherwise).
 std::string whyNoIbNetwork();

@@ -168,8 +168,8 @@ class NetTransport final : public Transport, public ProxyLink {
       nodes.push_back(ok ? netDeviceNumaNode(p.pciPath) : -1);
       rails_.push_back(ok && p.railId >= 0 ? p.railId : -1);
       planes_.push_back(ok && p.railId >= 0 ? p.planeId : -1);
-      where += formatString("%s%d (NUMA node %d%s)", d == 0 ? "" : ", ", d, nodes.back(),
-                            railText(d).c_str());
+      where += formatString("%s%d %s(NUMA node %d%s)", d == 0 ? "" : ", ", d,
+                            ok ? (p.name + " ").c_str() : "", nodes.back(), railText(d).c_str());
     }
     if (rails_.empty()) {
       rails_.push_back(-1);

@@ -111,13 +111,19 @@ void setNonBlocking(int fd) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
-constexpr int kMaxDevices = 8;
-int gDevices = 1;
-char gPciPath[kMaxDevices][256];
-char gDevName[kMaxDevices][16];
+constexpr int kMaxDevices = 8;            // physical
+constexpr int kMaxAll = 2 * kMaxDevices;  // and virtual, from makeVDevice
+constexpr int kMaxMembers = 8;            // devices a virtual one fuses
+int gDevices = 1;                         // physical ones, numbered first
+int gVirtual = 0;                         // virtual ones, after them
+char gPciPath[kMaxAll][256];
+char gDevName[kMaxAll][64];
+int gMembers[kMaxAll][kMaxMembers];  // a physical device is its own one member
+int gNMembers[kMaxAll];
 bool gRails = false;  // EXAMPLE_NET_RAILS given: devices of different rails do not connect
-int16_t gRail[kMaxDevices];
-int16_t gPlane[kMaxDevices];
+int16_t gRail[kMaxAll];
+int16_t gPlane[kMaxAll];
+pthread_mutex_t gVirtualLock = PTHREAD_MUTEX_INITIALIZER;
 
 // "r" or "r.p" for each device in turn; the devices it does not name are on rail 0, plane 0.
 void readRails(const char* rails) {
@@ -148,7 +154,11 @@ void readDevicesOnce() {
       p += len + (end != nullptr ? 1 : 0);
     }
   }
-  for (int d = 0; d < kMaxDevices; ++d) snprintf(gDevName[d], sizeof gDevName[0], "example%d", d);
+  for (int d = 0; d < kMaxDevices; ++d) {
+    snprintf(gDevName[d], sizeof gDevName[0], "example%d", d);
+    gMembers[d][0] = d;
+    gNMembers[d] = 1;
+  }
   readRails(getenv("EXAMPLE_NET_RAILS"));
   const char* recvs = getenv("EXAMPLE_NET_MAX_RECVS");
   gMaxRecvs = recvs != nullptr ? atoi(recvs) : kMaxRecvs;
@@ -156,7 +166,10 @@ void readDevicesOnce() {
 }
 
 bool badDev(int dev) {
-  return dev < 0 || dev >= gDevices;
+  pthread_mutex_lock(&gVirtualLock);
+  const int n = gDevices + gVirtual;
+  pthread_mutex_unlock(&gVirtualLock);
+  return dev < 0 || dev >= n;
 }
 
 ncclResult_t exampleInit() {
@@ -187,7 +200,52 @@ ncclResult_t exampleInit() {
 }
 
 ncclResult_t exampleDevices(int* n) {
-  *n = gDevices;
+  pthread_mutex_lock(&gVirtualLock);
+  *n = gDevices + gVirtual;
+  pthread_mutex_unlock(&gVirtualLock);
+  return ncclSuccess;
+}
+
+// A virtual device over physical ones of one rail and plane: numbered after every device so
+// far, named after its members, at its first member's PCI path, as fast as all of them. Over
+// this plugin's one interface it moves data as its first member does.
+template <class VProps>
+ncclResult_t exampleMakeVDevice(int* d, VProps* props, int maxMembers) {
+  const int n = props != nullptr ? props->ndevs : 0;
+  if (d == nullptr || n < 1 || n > maxMembers || n > kMaxMembers) return ncclInvalidArgument;
+  for (int i = 0; i < n; ++i) {
+    const int m = props->devs[i];
+    if (m < 0 || m >= gDevices || gRail[m] != gRail[props->devs[0]] ||
+        gPlane[m] != gPlane[props->devs[0]]) {
+      EXAMPLE_WARN(
+          "example net plugin: makeVDevice: device %d is not a physical device on "
+          "the rail and plane of device %d",
+          m, props->devs[0]);
+      return ncclInvalidArgument;
+    }
+  }
+  pthread_mutex_lock(&gVirtualLock);
+  if (gDevices + gVirtual >= kMaxAll) {
+    pthread_mutex_unlock(&gVirtualLock);
+    return ncclInvalidUsage;
+  }
+  const int v = gDevices + gVirtual;
+  const int first = props->devs[0];
+  char name[sizeof gDevName[0]] = "";
+  for (int i = 0; i < n; ++i) {
+    gMembers[v][i] = props->devs[i];
+    const size_t len = strlen(name);
+    snprintf(name + len, sizeof name - len, "%s%s", i == 0 ? "" : "+", gDevName[props->devs[i]]);
+  }
+  memcpy(gDevName[v], name, sizeof name);
+  gNMembers[v] = n;
+  memcpy(gPciPath[v], gPciPath[first], sizeof gPciPath[0]);  // v is past every physical one
+  gRail[v] = gRail[first];
+  gPlane[v] = gPlane[first];
+  ++gVirtual;  // published last: badDev and devices see it complete
+  pthread_mutex_unlock(&gVirtualLock);
+  *d = v;
+  EXAMPLE_INFO("example net plugin: virtual device %d (%s)", v, gDevName[v]);
   return ncclSuccess;
 }
 
@@ -198,7 +256,7 @@ void fillCommon(int dev, Props* p) {
   p->guid = 0x4558;
   p->ptrSupport = NCCL_PTR_HOST;
   p->regIsGlobal = 0;
-  p->speed = 10000;
+  p->speed = 10000 * gNMembers[dev];
   p->port = 0;
   p->latency = 0;
   p->maxComms = 65536;
@@ -469,10 +527,13 @@ template <class Props>
 void fillFromV9(int dev, Props* p) {
   fillCommon(dev, p);
   p->forceFlush = 0;
-  p->vProps.ndevs = 1;
-  p->vProps.devs[0] = dev;
+  p->vProps.ndevs = gNMembers[dev];
+  for (int i = 0; i < gNMembers[dev]; ++i) p->vProps.devs[i] = gMembers[dev][i];
   p->maxP2pBytes = size_t(1) << 30;
   p->maxCollBytes = size_t(1) << 30;
+}
+[[maybe_unused]] ncclResult_t makeVDeviceV9(int* d, ncclNetVDeviceProps_v9_t* props) {
+  return exampleMakeVDevice(d, props, NCCL_NET_MAX_DEVS_PER_NIC);
 }
 [[maybe_unused]] ncclResult_t propsV9(int dev, ncclNetProperties_v9_t* p) {
   if (badDev(dev)) return ncclInvalidArgument;
@@ -553,14 +614,18 @@ int gContext = 0;
   if (badDev(dev)) return ncclInvalidArgument;
   fillCommon(dev, p);
   p->forceFlush = 0;
-  p->vProps.ndevs = 1;
-  p->vProps.devs[0] = dev;
+  p->vProps.ndevs = gNMembers[dev];
+  for (int i = 0; i < gNMembers[dev]; ++i) p->vProps.devs[i] = gMembers[dev][i];
   p->maxP2pBytes = size_t(1) << 30;
   p->maxCollBytes = size_t(1) << 30;
   p->maxMultiRequestSize = 1;
   p->railId = gRail[dev];
   p->planeId = gPlane[dev];
   return ncclSuccess;
+}
+
+[[maybe_unused]] ncclResult_t makeVDeviceV12(int* d, ncclNetVDeviceProps_v12_t* props) {
+  return exampleMakeVDevice(d, props, NCCL_NET_MAX_DEVS_PER_NIC_V12);
 }
 
 }  // namespace
@@ -608,7 +673,7 @@ __attribute__((visibility("default"))) ncclNet_v9_t ncclNetPlugin_v9 = {"Example
                                                                         exampleCloseListen,
                                                                         nullptr,
                                                                         nullptr,
-                                                                        nullptr};
+                                                                        makeVDeviceV9};
 #endif
 
 #if NET_EXAMPLE_MAX_VERSION >= 10
@@ -616,23 +681,23 @@ __attribute__((visibility("default"))) ncclNet_v10_t ncclNetPlugin_v10 = {
     "ExampleSocket", initV10,      exampleDevices, propsV9,        exampleListen,      connectV10,
     acceptAny,       exampleRegMr, nullptr,        exampleDeregMr, isendV10,           irecvV10,
     exampleIflush,   exampleTest,  exampleClose,   exampleClose,   exampleCloseListen, nullptr,
-    nullptr,         nullptr};
+    nullptr,         makeVDeviceV9};
 #endif
 
 #if NET_EXAMPLE_MAX_VERSION >= 11
 __attribute__((visibility("default"))) ncclNet_v11_t ncclNetPlugin_v11 = {
-    "ExampleSocket", initV11,      exampleDevices, propsV11,       listenV11,          connectV11,
-    acceptAny,       exampleRegMr, nullptr,        exampleDeregMr, isendV10,           irecvV10,
-    exampleIflush,   exampleTest,  exampleClose,   exampleClose,   exampleCloseListen, nullptr,
-    nullptr,         nullptr,      finalizeV11,    nullptr};
+    "ExampleSocket", initV11,       exampleDevices, propsV11,       listenV11,          connectV11,
+    acceptAny,       exampleRegMr,  nullptr,        exampleDeregMr, isendV10,           irecvV10,
+    exampleIflush,   exampleTest,   exampleClose,   exampleClose,   exampleCloseListen, nullptr,
+    nullptr,         makeVDeviceV9, finalizeV11,    nullptr};
 #endif
 
 #if NET_EXAMPLE_MAX_VERSION >= 12
 __attribute__((visibility("default"))) ncclNet_v12_t ncclNetPlugin_v12 = {
-    "ExampleSocket", initV11,      exampleDevices, propsV12,       listenV11,          connectV11,
-    acceptAny,       exampleRegMr, nullptr,        exampleDeregMr, isendV10,           irecvV10,
-    exampleIflush,   exampleTest,  exampleClose,   exampleClose,   exampleCloseListen, nullptr,
-    nullptr,         nullptr,      finalizeV11,    nullptr};
+    "ExampleSocket", initV11,        exampleDevices, propsV12,       listenV11,          connectV11,
+    acceptAny,       exampleRegMr,   nullptr,        exampleDeregMr, isendV10,           irecvV10,
+    exampleIflush,   exampleTest,    exampleClose,   exampleClose,   exampleCloseListen, nullptr,
+    nullptr,         makeVDeviceV12, finalizeV11,    nullptr};
 #endif
 
 }  // extern "C"
