@@ -128,6 +128,7 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
                "cudaEventCreateWithFlags") &&
         local.cuda(cudaDeviceGetPCIBusId(bus, sizeof bus, device_),
                    formatString("rank %d: cudaDeviceGetPCIBusId(%d)", rank_, device_));
+  if (local.ok() && s.gpuFound) s.gpuFound(normalizePciBusId(bus));
 
   // Who is where: every rank's GPU, for the transport to each ring neighbour; and whether
   // every rank got this far (all stop here, alike, if one did not).

@@ -79,6 +79,8 @@ struct DeviceCommSetup {
   // Links without a P2P path go through host memory, a proxy thread and these connectors;
   // null: such links are refused at init.
   ConnectHostFn connectHost;
+  // Told this rank's GPU's bus id once it is known, before the first connectHost.
+  std::function<void(const std::string& busId)> gpuFound;
 };
 
 class DeviceComm {

@@ -64,6 +64,8 @@ class ErrorSink {
   virtual bool failurePublished() const { return false; }
 };
 
+struct LocalTopology;
+
 struct TransportContext {
   int rank = 0;
   int nranks = 0;
@@ -75,6 +77,8 @@ struct TransportContext {
   const AbortFlag* abort = nullptr;
   ErrorSink* errors = nullptr;
   double timeoutSeconds = 0;
+  const LocalTopology* topo = nullptr;  // this host's (lives as long as the process)
+  std::string gpuBusId;  // a device communicator's GPU ("dddd:bb:dd.f"; "" for host memory)
 };
 
 // Opaque description of a receive FIFO, sent from receiver to sender over the bootstrap.

@@ -79,7 +79,8 @@ const std::vector<ParamDef> kParams = {
      "when an HCA port is active, else Socket)",
      true},
     {"NET_NUMA_DEVICES", ParamType::kInt, "1",
-     "1: a rank's channels take the network devices on its NUMA node (all when none is); 0: "
+     "1: a rank's channels take the network devices below its GPU's PCIe switch (device "
+     "communicators), else those on its NUMA node (all when none is); 0: "
      "channel c takes device c mod devices on every rank, so both ends of a link use the same "
      "device index (fabrics whose rails do not reach each other)",
      false},

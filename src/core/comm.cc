@@ -226,6 +226,7 @@ Status Communicator::init(const UniqueIdInfo& id) {
   transportCtx_.abort = &abort_;
   transportCtx_.errors = this;
   transportCtx_.timeoutSeconds = timeoutSeconds_;
+  transportCtx_.topo = topo.value();
 
   // What the selector knows: hosts, ranks per host, cores per rank, shared memory.
   tuning_.nranks = nranks_;

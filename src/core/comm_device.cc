@@ -57,6 +57,8 @@ Status Communicator::initDevice(const LocalTopology& topo) {
                          const std::vector<int>& sendTo, dev::HostLinks* links) {
     return connectDeviceHost(channel, recvFrom, sendTo, links);
   };
+  // Network links choose their NICs near the GPU (net plugin transport).
+  s.gpuFound = [this](const std::string& busId) { transportCtx_.gpuBusId = busId; };
   Result<std::unique_ptr<dev::DeviceComm>> d = dev::DeviceComm::create(s);
   if (!d.isOk()) return d.status().withContext(formatString("rank %d init", rank_));
   device_ = d.take();

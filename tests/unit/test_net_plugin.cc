@@ -4,6 +4,7 @@
 // moves messages of several sizes, compared byte for byte, a grouped receive whose messages come
 // out of order, and a message of the wrong tag refused.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "topo/topo_file.h"
 #include "transport/net_plugin/net_abi.h"
 #include "transport/net_plugin/net_plugin.h"
 #include "tests/unit/net_plugin_testing.h"
@@ -342,6 +344,49 @@ TEST(NetDevices, PortsOfOneNicFuseIntoAVirtualDevice) {
                         "devices (no makeVDevice)"),
             std::string::npos)
       << noFuse;
+  std::filesystem::remove_all(dir);
+}
+
+// A GPU's rank takes the network devices below the PCIe switch its GPU is below (the fixture:
+// GPUs 0000:18 and :19 share a switch with the HCA at 0000:1a, GPUs :cd and :ce one with :cf;
+// the NVMe drive at :31 hangs off another root complex); none such: none, and the rank goes by
+// NUMA node.
+TEST(NetDevices, GpuRanksTakeTheDevicesBelowTheirSwitch) {
+  chorus::Result<chorus::LocalTopology> t =
+      chorus::loadTopologyFile(std::string(CHORUS_TOPO_FIXTURES) + "/dual_socket_4gpu_2nic.json");
+  ASSERT_TRUE(t.isOk()) << t.status().message();
+  using V = std::vector<int>;
+  const std::vector<std::string> buses = {"0000:cf:00.0", "0000:1a:00.0", "", "0000:99:00.0"};
+  chorus::PciDistance d = chorus::PciDistance::kSelf;
+  EXPECT_EQ(chorus::gpuNearNetDevices(t.value(), "0000:18:00.0", buses, &d), V{1});
+  EXPECT_EQ(d, chorus::PciDistance::kPix);
+  EXPECT_EQ(chorus::gpuNearNetDevices(t.value(), "0000:ce:00.0", buses), V{0});
+  // Two ports of one NIC: both.
+  EXPECT_EQ(chorus::gpuNearNetDevices(t.value(), "0000:19:00.0",
+                                      {"0000:1a:00.0", "0000:cf:00.0", "0000:1a:00.0"}),
+            (V{0, 2}));
+  // The only device is on another root complex: none near.
+  EXPECT_EQ(chorus::gpuNearNetDevices(t.value(), "0000:18:00.0", {"0000:cf:00.0"}, &d), V{});
+  EXPECT_EQ(d, chorus::PciDistance::kUnknown);
+  EXPECT_EQ(chorus::gpuNearNetDevices(t.value(), "0000:18:00.0", {"0000:31:00.0"}), V{});
+  EXPECT_EQ(chorus::gpuNearNetDevices(t.value(), "", buses), V{});              // no GPU
+  EXPECT_EQ(chorus::gpuNearNetDevices(t.value(), "0000:77:00.0", buses), V{});  // not in it
+}
+
+TEST(NetDevices, BusIdFromTheDevicesSysfsPath) {
+  EXPECT_EQ(chorus::netDeviceBusId("/sys/devices/pci0000:17/0000:17:00.0/0000:1a:00.0"),
+            "0000:1a:00.0");
+  EXPECT_EQ(chorus::netDeviceBusId("/sys/devices/pci0000:17/0000:17:00.0/0000:1A:00.1/"),
+            "0000:1a:00.1");
+  EXPECT_EQ(chorus::netDeviceBusId(""), "");
+  EXPECT_EQ(chorus::netDeviceBusId("/nonexistent/nic"), "");
+  // A link named otherwise (as /sys/class/infiniband/mlx5_0/device is): the name it resolves to.
+  char dir[] = "/tmp/chorus-netbus-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string target = std::string(dir) + "/0000:3b:00.0", link = std::string(dir) + "/nic";
+  ASSERT_EQ(mkdir(target.c_str(), 0755), 0);
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  EXPECT_EQ(chorus::netDeviceBusId(link), "0000:3b:00.0");
   std::filesystem::remove_all(dir);
 }
 

@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <type_traits>
@@ -406,6 +407,37 @@ int netDeviceNumaNode(const std::string& pciPath) {
   if (fscanf(f, "%d", &node) != 1) node = -1;
   fclose(f);
   return node < 0 ? -1 : node;
+}
+
+std::string netDeviceBusId(const std::string& pciPath) {
+  auto lastName = [](std::string path) {
+    while (!path.empty() && path.back() == '/') path.pop_back();
+    const size_t slash = path.rfind('/');
+    return normalizePciBusId(slash == std::string::npos ? path : path.substr(slash + 1));
+  };
+  if (pciPath.empty()) return "";
+  std::string bus = lastName(pciPath);
+  if (!bus.empty()) return bus;
+  char resolved[PATH_MAX];
+  return realpath(pciPath.c_str(), resolved) != nullptr ? lastName(resolved) : "";
+}
+
+std::vector<int> gpuNearNetDevices(const LocalTopology& topo, const std::string& gpuBusId,
+                                   const std::vector<std::string>& deviceBusIds,
+                                   PciDistance* distance) {
+  std::vector<int> near;
+  PciDistance best = PciDistance::kPxb;  // the farthest that counts as near
+  for (int d = 0; d < static_cast<int>(deviceBusIds.size()); ++d) {
+    const std::string& bus = deviceBusIds[static_cast<size_t>(d)];
+    if (bus.empty() || gpuBusId.empty()) continue;
+    const PciDistance dist = pciDistance(topo, gpuBusId, bus);
+    if (dist > best || dist == PciDistance::kSelf) continue;
+    if (dist < best) near.clear();
+    best = dist;
+    near.push_back(d);
+  }
+  if (distance != nullptr) *distance = near.empty() ? PciDistance::kUnknown : best;
+  return near;
 }
 
 std::vector<int> nearNetDevices(const std::vector<int>& deviceNodes, int node) {

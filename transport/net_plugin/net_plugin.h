@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "topo/topology.h"
 
 namespace chorus {
 
@@ -97,6 +98,19 @@ std::vector<int> nearNetDevices(const std::vector<int>& deviceNodes, int node);
 Result<std::vector<std::vector<int>>> netMergeGroups(const std::string& value,
                                                      const std::vector<std::string>& pciPaths,
                                                      int maxPerNic);
+
+// The bus id ("dddd:bb:dd.f") of a network device from its directory in /sys: the directory's
+// own name, else the name of the path it resolves to ("": neither is a bus id).
+std::string netDeviceBusId(const std::string& pciPath);
+
+// The devices a rank whose GPU is gpuBusId sends and receives through: those nearest the GPU
+// when they sit below a PCIe switch it sits below too (PIX or PXB, so that the traffic between
+// them stays off the root complex), in index order; else none, and the rank chooses by NUMA
+// node. deviceBusIds[d] is device d's bus id ("": unknown); *distance gets the distance of
+// those chosen.
+std::vector<int> gpuNearNetDevices(const LocalTopology& topo, const std::string& gpuBusId,
+                                   const std::vector<std::string>& deviceBusIds,
+                                   PciDistance* distance = nullptr);
 
 // When processNetPlugin left the sockets although Chorus's IB network was not turned off by
 // NCCL_NET: why the IB network could not be used ("" otherwise).

@@ -161,11 +161,13 @@ class NetTransport final : public Transport, public ProxyLink {
   // a NIC per socket, or per GPU, keeps each rank's traffic off the other socket), else all.
   void chooseDevices() {
     std::vector<int> nodes;
+    std::vector<std::string> buses;
     std::string where;
     for (int d = 0; d < plugin_->devices(); ++d) {
       NetPlugin::Properties p;
       const bool ok = plugin_->properties(d, &p).isOk();
       nodes.push_back(ok ? netDeviceNumaNode(p.pciPath) : -1);
+      buses.push_back(ok ? netDeviceBusId(p.pciPath) : "");
       rails_.push_back(ok && p.railId >= 0 ? p.railId : -1);
       planes_.push_back(ok && p.railId >= 0 ? p.planeId : -1);
       where += formatString("%s%d %s(NUMA node %d%s)", d == 0 ? "" : ", ", d,
@@ -177,17 +179,24 @@ class NetTransport final : public Transport, public ProxyLink {
     }
     const bool known = ctx_.peers != nullptr && ctx_.rank >= 0 &&
                        static_cast<size_t>(ctx_.rank) < ctx_.peers->size();
-    const int node =
-        known && paramInt("NET_NUMA_DEVICES") != 0 ? (*ctx_.peers)[ctx_.rank].numaNode : -1;
-    devices_ = nearNetDevices(nodes, node);
+    const bool placed = paramInt("NET_NUMA_DEVICES") != 0;
+    const int node = known && placed ? (*ctx_.peers)[ctx_.rank].numaNode : -1;
+    // A GPU's rank: the devices below the PCIe switch it is below, when there are any.
+    PciDistance distance = PciDistance::kUnknown;
+    std::vector<int> nearGpu;
+    if (placed && ctx_.topo != nullptr && !ctx_.gpuBusId.empty())
+      nearGpu = gpuNearNetDevices(*ctx_.topo, ctx_.gpuBusId, buses, &distance);
+    devices_ = !nearGpu.empty() ? nearGpu : nearNetDevices(nodes, node);
     if (devices_.empty()) devices_.push_back(0);
     std::string chosen;
     for (int d : devices_) chosen += formatString("%s%d", chosen.empty() ? "" : ",", d);
-    LOG_INFO(kSubsysNet,
-             "rank %d: net plugin %s devices %s; this rank is on NUMA node %d: its "
-             "channels use device%s %s",
-             ctx_.rank, plugin_->name(), where.c_str(), node, devices_.size() == 1 ? "" : "s",
-             chosen.c_str());
+    const std::string why = !nearGpu.empty()
+                                ? formatString("this rank's GPU %s is %s to them",
+                                               ctx_.gpuBusId.c_str(), pciDistanceName(distance))
+                                : formatString("this rank is on NUMA node %d", node);
+    LOG_INFO(kSubsysNet, "rank %d: net plugin %s devices %s; %s: its channels use device%s %s",
+             ctx_.rank, plugin_->name(), where.c_str(), why.c_str(),
+             devices_.size() == 1 ? "" : "s", chosen.c_str());
   }
 
   std::string railText(int dev) const {
