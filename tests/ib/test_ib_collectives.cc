@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "nccl.h"
@@ -33,9 +34,11 @@ float valueOf(int r, size_t i) {
   return static_cast<float>((r + 1) * 3 + static_cast<int>(i % 101));
 }
 
-void runAll(int nranks, size_t count) {
+// Runs every collective; returns the RDMA writes without immediate (FIFO entries a receiver
+// posts to its sender) per message (a write with immediate on each queue pair).
+double runAll(int nranks, size_t count, const std::vector<std::string>& env = {}) {
   const FakeVerbsStats before = fakeStats();
-  runRanks(nranks, RankMode::kThreads, {}, [&](int rank, int n, ncclComm_t& comm) {
+  runRanks(nranks, RankMode::kThreads, env, [&](int rank, int n, ncclComm_t& comm) {
     std::vector<float> in(count), out(count * n, -1), ref(count * n);
     for (size_t i = 0; i < count; ++i) in[i] = valueOf(rank, i);
 
@@ -115,13 +118,25 @@ void runAll(int nranks, size_t count) {
   EXPECT_EQ(after.badTransitions, 0u);
   EXPECT_EQ(after.cqOverruns, 0u);
   EXPECT_EQ(after.qpsLive, before.qpsLive);  // every queue pair destroyed with its communicator
+  const char* qps = getenv("NCCL_IB_QPS_PER_CONNECTION");
+  const double messages =
+      static_cast<double>(after.immWrites - before.immWrites) / (qps != nullptr ? atoi(qps) : 1);
+  const double fifo = static_cast<double>((after.writes - before.writes) - messages);
+  return messages > 0 ? fifo / messages : 0;
 }
 
 TEST(IbCollectives, TwoRanksSmall) {
   runAll(2, 1000);
 }
+// A slot's header and data are one grouped receive: one FIFO write to the sender for their two
+// messages; two receives a slot make one a message. Both make more, as many in each run:
+// receives posted ahead that the end leaves unused (8 a connection at most).
 TEST(IbCollectives, ThreeRanksLarge) {
-  runAll(3, 300000);
+  const double grouped = runAll(3, 300000);
+  const double single = runAll(3, 300000, {"CHORUS_NET_GROUPED_RECVS=0"});
+  EXPECT_GE(grouped, 0.5);
+  EXPECT_GE(single, 1.0);
+  EXPECT_LT(grouped, single - 0.4) << grouped << " and " << single;
 }
 TEST(IbCollectives, FourRanks) {
   runAll(4, 20000);

@@ -276,5 +276,21 @@ const char* mtuName(int mtu) {
   }
 }
 
+int matchFifoEntry(const FifoEntry* entries, int n, uint32_t sentMask, int tag) {
+  for (int i = 0; i < n && i < kMaxRecvs; ++i)
+    if ((sentMask & (1u << i)) == 0 && entries[i].tag == tag) return i;
+  return -1;
+}
+
+uint32_t encodeImm(int index, int n, size_t size) {
+  if (n <= 1) return static_cast<uint32_t>(size);
+  return static_cast<uint32_t>(index) << 29 | static_cast<uint32_t>(size & kGroupedMaxBytes);
+}
+
+void decodeImm(uint32_t imm, int n, int* index, size_t* size) {
+  *index = n <= 1 ? 0 : static_cast<int>(imm >> 29);
+  *size = n <= 1 ? imm : (imm & kGroupedMaxBytes);
+}
+
 }  // namespace ib
 }  // namespace chorus

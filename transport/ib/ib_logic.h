@@ -19,6 +19,8 @@ namespace ib {
 
 constexpr int kMaxQps = 16;       // queue pairs per connection (NCCL_IB_QPS_PER_CONNECTION)
 constexpr int kMaxRequests = 32;  // requests of each direction in flight per connection
+constexpr int kMaxRecvs = 8;      // buffers of one grouped receive (the network's maxRecvs)
+constexpr size_t kGroupedMaxBytes = (size_t(1) << 29) - 1;  // a grouped receive's buffer
 
 struct Options {
   int qpsPerConnection = 1;
@@ -76,16 +78,28 @@ struct Chunk {
 Chunk chunkOfQp(size_t total, int nqps, int qp);
 
 // What a receiver writes into slot (index % kMaxRequests) of its sender's FIFO when it posts a
-// receive; seq (index + 1) is written last and tells the sender the entry is new.
+// receive of n buffers: an entry per buffer, the slot's first n of kMaxRecvs, in one write;
+// seq (index + 1) in each tells the sender the entry is new, and the slot is whole when all n
+// have it.
 struct FifoEntry {
   uint64_t addr;
   uint32_t rkey;
   uint32_t size;
   int32_t tag;
-  uint32_t reserved;
+  uint32_t nreqs;  // n: the buffers of the receive
   uint64_t seq;
 };
 static_assert(sizeof(FifoEntry) == 32, "a FIFO entry is 32 bytes");
+
+// The entry of a whole FIFO slot (its n entries) that a send tagged `tag` writes into: the
+// first not yet written (bit i of sentMask: entry i written) with that tag; -1: none.
+int matchFifoEntry(const FifoEntry* entries, int n, uint32_t sentMask, int tag);
+
+// The immediate of the writes of a message into buffer `index` of a receive of n buffers: its
+// size when n is 1, else the index in the top 3 bits and the size (at most kGroupedMaxBytes)
+// below; decodeImm reads it back.
+uint32_t encodeImm(int index, int n, size_t size);
+void decodeImm(uint32_t imm, int n, int* index, size_t* size);
 
 // Registrations of memory with one protection domain, shared by everything that registers
 // overlapping pages: acquire returns the registration that covers the pages of [data,

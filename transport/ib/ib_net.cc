@@ -31,6 +31,7 @@ using ib::ConnInfo;
 using ib::FifoEntry;
 using ib::kConnInfoBytes;
 using ib::kMaxQps;
+using ib::kMaxRecvs;
 using ib::kMaxRequests;
 using SteadyClock = std::chrono::steady_clock;
 
@@ -66,8 +67,11 @@ struct Request {
   Comm* comm = nullptr;
   bool used = false;
   int pending = 0;  // completions still to come
-  size_t size = 0;
+  int n = 1;        // a receive's buffers
+  size_t sizes[kMaxRecvs] = {};
 };
+// A slot of the FIFO: a receive's entries, one per buffer.
+constexpr size_t kFifoBytes = sizeof(FifoEntry) * kMaxRecvs * kMaxRequests;
 
 struct Comm {
   bool isSend = false;
@@ -82,6 +86,9 @@ struct Comm {
   uint64_t remoteFifo = 0;  // receive: the sender's FIFO
   uint32_t remoteFifoKey = 0;
   uint64_t seq = 0;  // requests posted
+  // Send: FIFO slots taken whole, and which entries of the next one are written.
+  uint64_t fifoSeq = 0;
+  uint32_t sentMask = 0;
   Request reqs[kMaxRequests];
   bool failed = false;
   std::string error;
@@ -138,7 +145,7 @@ class IbNet final : public NetPlugin {
     CHORUS_TRY(checkDev(dev));
     out->name = ports_[dev]->label;
     out->speedMbps = static_cast<int>(ports_[dev]->gbps * 1000);
-    out->maxRecvs = 1;
+    out->maxRecvs = kMaxRecvs;
     out->ptrSupport = NCCL_PTR_HOST;
     out->maxMessageBytes = size_t(1) << 30;
     out->pciPath = ports_[dev]->pciPath;
@@ -153,8 +160,15 @@ class IbNet final : public NetPlugin {
   Status isend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
                void** request) override;
   Status irecv(void* recvComm, void* data, size_t size, int tag, void* mhandle,
-               void** request) override;
-  Status test(void* request, bool* done, size_t* size) override;
+               void** request) override {
+    return irecvGroup(recvComm, 1, &data, &size, &tag, &mhandle, request);
+  }
+  Status irecvGroup(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
+                    void** mhandles, void** request) override;
+  Status test(void* request, bool* done, size_t* size) override {
+    return testGroup(request, 1, done, size);
+  }
+  Status testGroup(void* request, int n, bool* done, size_t* sizes) override;
   Status closeSend(void* c) override {
     destroy(static_cast<Comm*>(c));
     return Status::ok();
@@ -243,7 +257,7 @@ Result<Comm*> IbNet::createComm(bool isSend, int dev, int nqps) {
     return s;
   };
   errno = 0;
-  raw->cq = v_->createCq(hca->ctx, kMaxRequests * (nqps + 1) + 8, nullptr, nullptr, 0);
+  raw->cq = v_->createCq(hca->ctx, kMaxRequests * (kMaxRecvs * nqps + 1) + 8, nullptr, nullptr, 0);
   if (raw->cq == nullptr) return fail("ibv_create_cq");
   for (int q = 0; q < nqps; ++q) {
     ibv_qp_init_attr init;
@@ -252,7 +266,7 @@ Result<Comm*> IbNet::createComm(bool isSend, int dev, int nqps) {
     init.recv_cq = raw->cq;
     init.qp_type = IBV_QPT_RC;
     init.cap.max_send_wr = 2 * kMaxRequests + 2;
-    init.cap.max_recv_wr = kMaxRequests;
+    init.cap.max_recv_wr = kMaxRequests * kMaxRecvs;
     init.cap.max_send_sge = 1;
     init.cap.max_recv_sge = 1;
     raw->qps[q] = v_->createQp(hca->pd, &init);
@@ -262,11 +276,11 @@ Result<Comm*> IbNet::createComm(bool isSend, int dev, int nqps) {
     ib::initTransition(raw->port->local, &attr, &mask);
     if (v_->modifyQp(raw->qps[q], &attr, mask) != 0) return fail("moving a queue pair to INIT");
   }
-  raw->fifo = static_cast<FifoEntry*>(aligned_alloc(4096, 4096));
+  raw->fifo = static_cast<FifoEntry*>(aligned_alloc(4096, kFifoBytes));
   if (raw->fifo == nullptr) return fail("allocating the FIFO");
-  memset(raw->fifo, 0, 4096);
+  memset(raw->fifo, 0, kFifoBytes);
   const int access = isSend ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE : 0;
-  raw->fifoMr = v_->regMr(hca->pd, raw->fifo, 4096, access);
+  raw->fifoMr = v_->regMr(hca->pd, raw->fifo, kFifoBytes, access);
   if (raw->fifoMr == nullptr) return fail("ibv_reg_mr of the FIFO");
   return raw;
 }
@@ -566,11 +580,19 @@ Status IbNet::isend(void* sendComm, void* data, size_t size, int tag, void* mhan
   if (!next.isOk() || next.value() == nullptr) return next.status();
   Request& r = *next.value();
   const int slot = static_cast<int>(c->seq % kMaxRequests);
-  FifoEntry* e = &c->fifo[slot];
-  if (__atomic_load_n(&e->seq, __ATOMIC_ACQUIRE) != c->seq + 1) return peekPeer(c);
-  const FifoEntry entry = *e;
-  if (entry.tag != tag)
-    return failure(c, formatString("a send with tag %d met a receive with tag %d", tag, entry.tag));
+  // The receive this send is for: the next FIFO slot, once all its entries arrived.
+  FifoEntry* entries = &c->fifo[(c->fifoSeq % kMaxRequests) * kMaxRecvs];
+  if (__atomic_load_n(&entries[0].seq, __ATOMIC_ACQUIRE) != c->fifoSeq + 1) return peekPeer(c);
+  const int n = static_cast<int>(entries[0].nreqs);
+  if (n < 1 || n > kMaxRecvs)
+    return failure(c, formatString("a FIFO entry for a receive of %d buffers", n));
+  for (int i = 1; i < n; ++i)
+    if (__atomic_load_n(&entries[i].seq, __ATOMIC_ACQUIRE) != c->fifoSeq + 1) return peekPeer(c);
+  const int index = ib::matchFifoEntry(entries, n, c->sentMask, tag);
+  if (index < 0)
+    return failure(c, formatString("a send with tag %d met a receive with tag %d%s", tag,
+                                   entries[0].tag, n > 1 ? " and others" : ""));
+  const FifoEntry entry = entries[index];
   if (size > entry.size)
     return failure(c, formatString("a send of %zu bytes met a receive of %u", size, entry.size));
   if (mhandle == nullptr) return invalidArgument("IB: a send from memory that is not registered");
@@ -587,7 +609,7 @@ Status IbNet::isend(void* sendComm, void* data, size_t size, int tag, void* mhan
     wr[1].wr_id = wrId(kWrSend, slot);
     wr[1].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
     wr[1].send_flags = IBV_SEND_SIGNALED;
-    wr[1].imm_data = htonl(static_cast<uint32_t>(size));
+    wr[1].imm_data = htonl(ib::encodeImm(index, n, size));
     wr[1].wr.rdma.remote_addr = entry.addr + ch.offset;
     wr[1].wr.rdma.rkey = entry.rkey;
     if (options_.adaptiveRouting && ch.bytes > 0) {
@@ -610,42 +632,59 @@ Status IbNet::isend(void* sendComm, void* data, size_t size, int tag, void* mhan
   }
   r.used = true;
   r.pending = c->nqps;
-  r.size = size;
+  r.n = 1;
+  r.sizes[0] = size;
   ++c->seq;
+  c->sentMask |= 1u << index;
+  if (c->sentMask == (1u << n) - 1) {  // the receive has all its messages
+    ++c->fifoSeq;
+    c->sentMask = 0;
+  }
   *request = &r;
   return Status::ok();
 }
 
-Status IbNet::irecv(void* recvComm, void* data, size_t size, int tag, void* mhandle,
-                    void** request) {
+Status IbNet::irecvGroup(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
+                         void** mhandles, void** request) {
   *request = nullptr;
   Comm* c = static_cast<Comm*>(recvComm);
+  if (n < 1 || n > kMaxRecvs)
+    return invalidArgument("IB: a receive of %d buffers (1 to %d)", n, kMaxRecvs);
+  for (int i = 0; i < n; ++i) {
+    if (sizes[i] > (n == 1 ? size_t(0xffffffffu) : ib::kGroupedMaxBytes))
+      return invalidArgument("IB: a receive of %zu bytes (at most %zu in a group of %d)", sizes[i],
+                             n == 1 ? size_t(0xffffffffu) : ib::kGroupedMaxBytes, n);
+    if (mhandles[i] == nullptr)
+      return invalidArgument("IB: a receive into memory that is not registered");
+  }
   Result<Request*> next = freeRequest(c);
   if (!next.isOk() || next.value() == nullptr) return next.status();
   Request& r = *next.value();
   const int slot = static_cast<int>(c->seq % kMaxRequests);
-  if (size > 0xffffffffu) return invalidArgument("IB: a receive of %zu bytes", size);
-  if (mhandle == nullptr)
-    return invalidArgument("IB: a receive into memory that is not registered");
-  for (int q = 0; q < c->nqps; ++q) {
-    ibv_recv_wr wr;
-    memset(&wr, 0, sizeof wr);
-    wr.wr_id = wrId(kWrRecv, slot);
-    ibv_recv_wr* bad = nullptr;
-    if (VerbsApi::postRecv(c->qps[q], &wr, &bad) != 0)
-      return failure(c, formatString("ibv_post_recv failed (%s)", strerror(errno)));
+  // A buffer's message arrives as one write with immediate on every queue pair.
+  for (int q = 0; q < c->nqps; ++q)
+    for (int i = 0; i < n; ++i) {
+      ibv_recv_wr wr;
+      memset(&wr, 0, sizeof wr);
+      wr.wr_id = wrId(kWrRecv, slot);
+      ibv_recv_wr* bad = nullptr;
+      if (VerbsApi::postRecv(c->qps[q], &wr, &bad) != 0)
+        return failure(c, formatString("ibv_post_recv failed (%s)", strerror(errno)));
+    }
+  FifoEntry* entries = &c->fifo[static_cast<size_t>(slot) * kMaxRecvs];
+  for (int i = 0; i < n; ++i) {
+    const ibv_mr* mr = static_cast<ibv_mr*>(static_cast<ib::MrCache::Entry*>(mhandles[i])->mr);
+    FifoEntry& e = entries[i];
+    e.addr = reinterpret_cast<uintptr_t>(data[i]);
+    e.rkey = mr->rkey;
+    e.size = static_cast<uint32_t>(sizes[i]);
+    e.tag = tags[i];
+    e.nreqs = static_cast<uint32_t>(n);
+    e.seq = c->seq + 1;
   }
-  const ibv_mr* mr = static_cast<ibv_mr*>(static_cast<ib::MrCache::Entry*>(mhandle)->mr);
-  FifoEntry& e = c->fifo[slot];
-  e.addr = reinterpret_cast<uintptr_t>(data);
-  e.rkey = mr->rkey;
-  e.size = static_cast<uint32_t>(size);
-  e.tag = tag;
-  e.reserved = 0;
-  e.seq = c->seq + 1;
   ibv_sge sge;
-  sge.addr = reinterpret_cast<uintptr_t>(&e);
-  sge.length = sizeof e;
+  sge.addr = reinterpret_cast<uintptr_t>(entries);
+  sge.length = static_cast<uint32_t>(sizeof(FifoEntry) * static_cast<size_t>(n));
   sge.lkey = c->fifoMr->lkey;
   ibv_send_wr wr;
   memset(&wr, 0, sizeof wr);
@@ -654,14 +693,16 @@ Status IbNet::irecv(void* recvComm, void* data, size_t size, int tag, void* mhan
   wr.send_flags = IBV_SEND_SIGNALED;
   wr.sg_list = &sge;
   wr.num_sge = 1;
-  wr.wr.rdma.remote_addr = c->remoteFifo + static_cast<uint64_t>(slot) * sizeof(FifoEntry);
+  wr.wr.rdma.remote_addr =
+      c->remoteFifo + static_cast<uint64_t>(slot) * kMaxRecvs * sizeof(FifoEntry);
   wr.wr.rdma.rkey = c->remoteFifoKey;
   ibv_send_wr* bad = nullptr;
   if (VerbsApi::postSend(c->qps[0], &wr, &bad) != 0)
     return failure(c, formatString("ibv_post_send of a FIFO entry failed (%s)", strerror(errno)));
   r.used = true;
-  r.pending = c->nqps + 1;  // the data on every queue pair, and the FIFO entry's write
-  r.size = 0;
+  r.pending = n * c->nqps + 1;  // each buffer's data on every queue pair, and the FIFO write
+  r.n = n;
+  for (int i = 0; i < n; ++i) r.sizes[i] = 0;
   ++c->seq;
   *request = &r;
   return Status::ok();
@@ -693,21 +734,31 @@ void IbNet::poll(Comm* c) {
         continue;
       }
       Request& r = c->reqs[slot];
-      if (kind == kWrRecv) r.size = ntohl(wc.imm_data);
+      if (kind == kWrRecv) {
+        int index = 0;
+        size_t bytes = 0;
+        ib::decodeImm(ntohl(wc.imm_data), r.n, &index, &bytes);
+        if (index >= r.n) {
+          (void)failure(c, formatString("a message for buffer %d of a receive of %d", index, r.n));
+          continue;
+        }
+        r.sizes[index] = bytes;
+      }
       --r.pending;
     }
     if (n < 16) return;
   }
 }
 
-Status IbNet::test(void* request, bool* done, size_t* size) {
+Status IbNet::testGroup(void* request, int n, bool* done, size_t* sizes) {
   auto* r = static_cast<Request*>(request);
   Comm* c = r->comm;
   *done = false;
   if (!c->failed) poll(c);
   if (r->pending > 0) return peekPeer(c);
+  if (n != r->n) return internalError("IB: a test of %d sizes for a request of %d", n, r->n);
   *done = true;
-  if (size != nullptr) *size = r->size;
+  for (int i = 0; sizes != nullptr && i < n; ++i) sizes[i] = r->sizes[i];
   r->used = false;
   return Status::ok();
 }
