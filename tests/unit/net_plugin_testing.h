@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -33,6 +34,56 @@ inline void connectPair(chorus::NetPlugin& p, int dev, void** send, void** recv)
   ASSERT_NE(*send, nullptr);
   ASSERT_NE(*recv, nullptr);
   ASSERT_TRUE(p.closeListen(listen).isOk());
+}
+
+// One grouped receive of three buffers tagged 5, 6 and 7 on p's connection takes messages of
+// bytes[0..2] sent in the order 7, 5, 6 (each send posted again until p takes it), each into the
+// buffer of its tag: checks each buffer's size and contents and that nothing is past them.
+inline void expectGroupedReceive(chorus::NetPlugin& p, void* send, void* recv,
+                                 const size_t bytes[3]) {
+  int tags[3] = {5, 6, 7};
+  std::vector<unsigned char> out[3], in[3];
+  void *smr[3], *rmr[3], *bufs[3];
+  size_t room[3];
+  for (int i = 0; i < 3; ++i) {
+    out[i].assign(bytes[i] + 1, static_cast<unsigned char>(0x10 + i));
+    in[i].assign(bytes[i] + 64, 0xee);
+    bufs[i] = in[i].data();
+    room[i] = in[i].size();
+    ASSERT_TRUE(p.regMr(send, out[i].data(), out[i].size(), &smr[i]).isOk());
+    ASSERT_TRUE(p.regMr(recv, in[i].data(), in[i].size(), &rmr[i]).isOk());
+  }
+  void* rreq = nullptr;
+  ASSERT_TRUE(p.irecvGroup(recv, 3, bufs, room, tags, rmr, &rreq).isOk());
+  ASSERT_NE(rreq, nullptr);
+  void* sreqs[3] = {nullptr, nullptr, nullptr};
+  for (int i : {2, 0, 1}) {
+    for (long k = 0; k < 1000000 && sreqs[i] == nullptr; ++k)
+      ASSERT_TRUE(p.isend(send, out[i].data(), bytes[i], tags[i], smr[i], &sreqs[i]).isOk());
+    ASSERT_NE(sreqs[i], nullptr);
+  }
+  bool sdone[3] = {false, false, false}, rdone = false;
+  size_t got[3] = {1, 1, 1};
+  for (long k = 0; k < 10000000 && !(rdone && sdone[0] && sdone[1] && sdone[2]); ++k) {
+    for (int i = 0; i < 3; ++i)
+      if (!sdone[i]) {
+        ASSERT_TRUE(p.test(sreqs[i], &sdone[i], nullptr).isOk());
+      }
+    if (!rdone) {
+      ASSERT_TRUE(p.testGroup(rreq, 3, &rdone, got).isOk());
+    }
+  }
+  ASSERT_TRUE(rdone);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(got[i], bytes[i]);
+    EXPECT_EQ(std::count(in[i].begin(), in[i].begin() + static_cast<long>(bytes[i]),
+                         static_cast<unsigned char>(0x10 + i)),
+              static_cast<long>(bytes[i]));
+    EXPECT_EQ(in[i][bytes[i]], 0xee);  // nothing past its message
+    EXPECT_TRUE(p.deregMr(send, smr[i]).isOk());
+    EXPECT_TRUE(p.deregMr(recv, rmr[i]).isOk());
+  }
 }
 
 // What processNetPlugin chooses in a fresh process (it chooses once per process) with env set:
