@@ -43,10 +43,21 @@ void printNetwork() {
   chorus::NetPlugin* p = net.value();
   printf("network between hosts: %s (ncclNet v%d, %s)\n", p->name(), p->version(),
          p->library().c_str());
+  // As the transport sees them: virtual NICs in their first port's place, with what places
+  // them (PCI function and NUMA node, rail and plane) and whether receives group.
   for (int d = 0; d < p->devices(); ++d) {
     chorus::NetPlugin::Properties props;
-    if (p->properties(d, &props).isOk())
-      printf("  device %d: %s, %d Mbit/s\n", d, props.name.c_str(), props.speedMbps);
+    if (!p->properties(d, &props).isOk()) continue;
+    const std::string bus = chorus::netDeviceBusId(props.pciPath);
+    std::string where = props.pciPath.empty() ? "no PCI path"
+                        : bus.empty()         ? "PCI path " + props.pciPath
+                                              : "PCI " + bus;
+    const int node = chorus::netDeviceNumaNode(props.pciPath);
+    if (node >= 0) where += " (NUMA node " + std::to_string(node) + ")";
+    if (props.railId >= 0)
+      where += ", rail " + std::to_string(props.railId) + " plane " + std::to_string(props.planeId);
+    printf("  device %d: %s, %d Mbit/s, %s, receives of up to %d buffer%s\n", d, props.name.c_str(),
+           props.speedMbps, where.c_str(), props.maxRecvs, props.maxRecvs == 1 ? "" : "s");
   }
 }
 

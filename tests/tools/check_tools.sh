@@ -3,10 +3,12 @@
 # refuses bad overrides and writes and reads tuning files, a communicator logs each (collective, size class) decision once, a bad
 # CHORUS_ALGO fails init with a message naming it, and chorus-topo --comm describes the ring and
 # trees of a communicator; chorusrun binds ranks to blocks of its CPUs; the perf tools run
-# several ranks per process (-t, -g).
+# several ranks per process (-t, -g); chorus-info describes a net plugin's devices as the
+# transport sees them.
 # usage: check_tools.sh <chorusrun> <chorus-tune> <chorus-topo> <all_reduce_perf> <fixtures dir>
+#                       <chorus-info> <example net plugin>
 set -u
-run=$1 tune=$2 topo=$3 perf=$4 fixtures=$5
+run=$1 tune=$2 topo=$3 perf=$4 fixtures=$5 info=$6 plugin=$7
 failures=0
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -248,6 +250,21 @@ timeout 60 "$perf" -t 0 > "$tmp/threads0.txt" 2>&1
 status=$?
 check "all_reduce_perf -t 0 is refused (exit $status)" \
   $([ $status -ne 0 ] && grep -q 'nthreads (-t)' "$tmp/threads0.txt"; echo $?)
+
+# chorus-info: the example plugin's two ports of one NIC fused, the other NIC apart, each with
+# its PCI function, NUMA node, rail and plane.
+mkdir -p "$tmp/pci/0000:1a:00.0" "$tmp/pci/0000:3b:00.0"
+echo 0 > "$tmp/pci/0000:1a:00.0/numa_node"
+echo 1 > "$tmp/pci/0000:3b:00.0/numa_node"
+NCCL_NET_PLUGIN=$plugin EXAMPLE_NET_IFNAME=lo EXAMPLE_NET_RAILS=0,1,0 \
+  EXAMPLE_NET_PCI_PATHS="$tmp/pci/0000:1a:00.0,$tmp/pci/0000:3b:00.0,$tmp/pci/0000:1a:00.0" \
+  "$info" > "$tmp/info.txt" 2>&1
+status=$?
+check "chorus-info lists the plugin's devices, ports of one NIC fused (exit $status)" \
+  $([ $status -eq 0 ] && grep -q '^network between hosts: ExampleSocket (ncclNet v12' "$tmp/info.txt" &&
+    grep -qx '  device 0: example0+example2, 20000 Mbit/s, PCI 0000:1a:00.0 (NUMA node 0), rail 0 plane 0, receives of up to 8 buffers' "$tmp/info.txt" &&
+    grep -qx '  device 1: example1, 10000 Mbit/s, PCI 0000:3b:00.0 (NUMA node 1), rail 1 plane 0, receives of up to 8 buffers' "$tmp/info.txt" &&
+    [ "$(grep -c '^  device' "$tmp/info.txt")" -eq 2 ]; echo $?)
 
 if [ $failures -ne 0 ]; then
   echo "---- outputs"
