@@ -286,11 +286,22 @@ TEST(NetDevices, PortsOfOneNicFuseIntoAVirtualDevice) {
           {{"NCCL_NET_PLUGIN", v12}, {"EXAMPLE_NET_PCI_PATHS", paths}, {"CHORUS_NET_MERGE", "1,2"}},
           true),
       "ExampleSocket v12: example0, example1+example2");
-  // Devices of different rails are not one NIC: the plugin refuses, and init says so.
-  const std::string rails = chooseInChild(
-      {{"NCCL_NET_PLUGIN", v12}, {"EXAMPLE_NET_PCI_PATHS", paths}, {"EXAMPLE_NET_RAILS", "0,0,1"}});
+  // Devices of different rails are not one NIC: the plugin refuses; a guessed group stays
+  // apart, a named one fails init saying why.
+  EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", v12},
+                           {"EXAMPLE_NET_PCI_PATHS", paths},
+                           {"EXAMPLE_NET_RAILS", "0,0,1"}},
+                          true),
+            "ExampleSocket v12: example0, example1, example2");
+  const std::string rails = chooseInChild({{"NCCL_NET_PLUGIN", v12},
+                                           {"EXAMPLE_NET_PCI_PATHS", paths},
+                                           {"EXAMPLE_NET_RAILS", "0,0,1"},
+                                           {"CHORUS_NET_MERGE", "0,2"}});
   EXPECT_EQ(rails.rfind("error 5: NCCL_NET_PLUGIN=", 0), 0u) << rails;
-  EXPECT_NE(rails.find("makeVDevice failed (error 4)"), std::string::npos) << rails;
+  EXPECT_NE(rails.find("fusing devices 0 (example0) and 2 (example2): net plugin ExampleSocket: "
+                       "makeVDevice failed (error 4)"),
+            std::string::npos)
+      << rails;
   const std::string noFuse = chooseInChild(
       {{"NCCL_NET_PLUGIN", v8}, {"EXAMPLE_NET_PCI_PATHS", paths}, {"CHORUS_NET_MERGE", "0,2"}});
   EXPECT_NE(noFuse.find("CHORUS_NET_MERGE=0,2: net plugin ExampleSocket (ncclNet v8) cannot fuse "

@@ -154,11 +154,20 @@ class PluginOf final : public NetPlugin {
                                   : i + 1 == g.size() ? " and "
                                                       : ", ",
                                   g[i], names[static_cast<size_t>(g[i])].c_str());
-          fused[static_cast<size_t>(g[i])] = -1;
         }
         int v = -1;
-        PLUGIN_CALL("makeVDevice", net_->makeVDevice(&v, &vp));
-        if (v < 0) return internalError("net plugin %s: makeVDevice gave device %d", net_->name, v);
+        const ncclResult_t r = net_->makeVDevice(&v, &vp);
+        if (r != ncclSuccess || v < 0) {
+          // A group the user named is an error; one Chorus guessed stays apart.
+          Status s = r != ncclSuccess ? pluginStatus(r, "makeVDevice", net_->name)
+                                      : internalError("net plugin %s: makeVDevice gave device %d",
+                                                      net_->name, v);
+          s = s.withContext(formatString("fusing devices %s", members.c_str()));
+          if (setting.isSet) return s;
+          LOG_WARN(kSubsysNet, "%s; they stay separate devices", s.message().c_str());
+          continue;
+        }
+        for (int d : g) fused[static_cast<size_t>(d)] = -1;
         fused[static_cast<size_t>(g[0])] = v;
         LOG_INFO(kSubsysNet, "net plugin %s: devices %s fused into virtual device %d%s", net_->name,
                  members.c_str(), v, setting.isSet ? "" : " (ports of one PCI device)");
