@@ -153,11 +153,16 @@ Status SocketBootstrap::rendezvous() {
   SocketOptions connectOptions;
   connectOptions.retryRefused = !options_.rootListening;
   Result<Socket> sock = connectSocket(root, connectWaiter, connectOptions);
-  if (!sock.isOk() && options_.rootListening && !connectWaiter.aborted())
+  // A derived communicator's root listened before any rank came: if it cannot be reached now,
+  // it is gone.
+  auto rootGone = [&](const Status& why) {
     return remoteError(
         "%s: the rendezvous root at %s is gone (%s): the rank that made this communicator's id "
         "ended, or gave up before the others joined",
-        me.c_str(), rootText.c_str(), sock.status().message().c_str());
+        me.c_str(), rootText.c_str(), why.message().c_str());
+  };
+  if (!sock.isOk() && options_.rootListening && !connectWaiter.aborted())
+    return rootGone(sock.status());
   if (!sock.isOk())
     return Status(
         sock.status().code(),
@@ -184,6 +189,12 @@ Status SocketBootstrap::rendezvous() {
   Waiter replyWaiter(replyTimeout, options_.abort);
   unsigned char header[wire::kRootReplyHeaderBytes];
   st = sock.value().recvAll(header, sizeof(header), replyWaiter);
+  // A root that gave up closes what it has not answered (a connection still in its listener's
+  // backlog): it is gone, as when the connect is refused.
+  if (!st.isOk() && options_.rootListening && !replyWaiter.aborted() &&
+      (st.message().find("connection closed") != std::string::npos ||
+       st.message().find("connection reset") != std::string::npos))
+    return rootGone(st);
   if (!st.isOk())
     return st.withContext(me + ": waiting for the other ranks at the rendezvous root " + rootText);
   wire::RootReply reply;

@@ -62,6 +62,10 @@ class RendezvousRoot {
   };
 
   void acceptAll(Clock::time_point now);
+  // Once poisoned and about to go: the ranks that connected already (waiting to be accepted, or
+  // their hello on the way) get the reason rather than a closed connection, within a short
+  // grace.
+  void answerLateArrivals();
   // Reads what is available from p; true when p is finished with (handled or dropped).
   bool progress(Pending& p);
   void handleHello(Socket sock, const wire::RootHello& hello);
@@ -94,9 +98,12 @@ void RendezvousRoot::run() {
   deadline_ = Clock::now() + seconds(kFirstRankWaitSeconds);
   while (!stop_.isRaised()) {
     if (abandoned_.load(std::memory_order_acquire)) {
+      {
+        std::lock_guard<std::mutex> lock(abandonMutex_);
+        if (poison_.isOk()) poison(abandonWhy_);
+      }
+      answerLateArrivals();
       listener_.close();
-      std::lock_guard<std::mutex> lock(abandonMutex_);
-      if (poison_.isOk()) poison(abandonWhy_);
       break;
     }
     if (nranks_ > 0 && joinedCount_ == nranks_ && poison_.isOk()) {
@@ -154,6 +161,22 @@ void RendezvousRoot::run() {
   listener_.close();
   LOG_INFO(kSubsysBootstrap, "bootstrap root at %s: done", where_.c_str());
   finished_.store(true, std::memory_order_release);
+}
+
+void RendezvousRoot::answerLateArrivals() {
+  const Clock::time_point until = Clock::now() + std::chrono::milliseconds(200);
+  acceptAll(Clock::now());
+  while (!pending_.empty() && Clock::now() < until) {
+    std::vector<pollfd> fds;
+    for (const Pending& p : pending_) fds.push_back({p.sock.fd(), POLLIN, 0});
+    if (poll(fds.data(), fds.size(), 10) > 0) {
+      std::vector<Pending> still;
+      for (size_t i = 0; i < pending_.size(); ++i)
+        if (fds[i].revents == 0 || !progress(pending_[i])) still.push_back(std::move(pending_[i]));
+      pending_ = std::move(still);
+    }
+    acceptAll(Clock::now());
+  }
 }
 
 void RendezvousRoot::acceptAll(Clock::time_point now) {
