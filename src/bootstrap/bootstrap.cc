@@ -190,10 +190,10 @@ Status SocketBootstrap::rendezvous() {
   unsigned char header[wire::kRootReplyHeaderBytes];
   st = sock.value().recvAll(header, sizeof(header), replyWaiter);
   // A root that gave up closes what it has not answered (a connection still in its listener's
-  // backlog): it is gone, as when the connect is refused.
+  // backlog): a failure before the deadline, not an abort, is the root gone, as when the connect
+  // is refused.
   if (!st.isOk() && options_.rootListening && !replyWaiter.aborted() &&
-      (st.message().find("connection closed") != std::string::npos ||
-       st.message().find("connection reset") != std::string::npos))
+      Clock::now() < replyWaiter.deadline())
     return rootGone(st);
   if (!st.isOk())
     return st.withContext(me + ": waiting for the other ranks at the rendezvous root " + rootText);

@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <type_traits>
 #include <utility>
 
 #include "common/log.h"
@@ -58,14 +57,6 @@ Status pluginStatus(ncclResult_t r, const char* what, const char* plugin) {
                                                : Code::kInternalError;
   return Status(c, formatString("net plugin %s: %s failed (error %d)", plugin, what, code));
 }
-
-// The type of a function pointer's second parameter.
-template <class F>
-struct SecondArg;
-template <class R, class A, class B>
-struct SecondArg<R (*)(A, B)> {
-  using type = B;
-};
 
 #define PLUGIN_CALL(what, call)                                       \
   do {                                                                \
@@ -140,7 +131,7 @@ class PluginOf final : public NetPlugin {
       return Status::ok();
     }
     if constexpr (V >= 9) {
-      using VProps = std::remove_pointer_t<typename SecondArg<decltype(net_->makeVDevice)>::type>;
+      using VProps = decltype(Props::vProps);  // what makeVDevice takes, in this version
       std::vector<int> fused = map_;
       for (const std::vector<int>& g : groups.value()) {
         VProps vp;

@@ -311,7 +311,7 @@ class NetTransport final : public Transport, public ProxyLink {
     while (c.done < c.posted) {
       NetConn::Req& r = c.reqs[c.done % kInFlight];
       const uint64_t slot = c.done % nslots;
-      size_t got = 0;
+      size_t headBytes = sizeof(SlotInfo), got = 0;
       if (c.grouped) {
         size_t sizes[2] = {0, 0};
         Status s = plugin_->testGroup(r.head, 2, &r.headDone, sizes);
@@ -320,35 +320,29 @@ class NetTransport final : public Transport, public ProxyLink {
           return true;
         }
         if (!r.headDone) break;
+        headBytes = sizes[0];
         got = sizes[1];
-        r.dataDone = true;
-        if (sizes[0] != sizeof(SlotInfo) || got != c.slotHeads[slot].bytes || got > slotBytes) {
-          fail(c,
-               internalError("a message of %zu bytes where its header (%zu bytes) said %llu", got,
-                             sizes[0], static_cast<unsigned long long>(c.slotHeads[slot].bytes)));
-          return true;
+      } else {
+        if (!r.headDone) {
+          Status s = plugin_->test(r.head, &r.headDone, nullptr);
+          if (!s.isOk()) {
+            fail(c, s);
+            return true;
+          }
+          if (!r.headDone) break;
         }
-      }
-      if (!r.headDone) {
-        Status s = plugin_->test(r.head, &r.headDone, nullptr);
-        if (!s.isOk()) {
-          fail(c, s);
-          return true;
-        }
-        if (!r.headDone) break;
-      }
-      if (!r.dataDone) {
         Status s = plugin_->test(r.data, &r.dataDone, &got);
         if (!s.isOk()) {
           fail(c, s);
           return true;
         }
         if (!r.dataDone) break;
-        if (!c.isSend && (got != c.slotHeads[slot].bytes || got > slotBytes)) {
-          fail(c, internalError("a message of %zu bytes where its header said %llu", got,
-                                static_cast<unsigned long long>(c.slotHeads[slot].bytes)));
-          return true;
-        }
+      }
+      if (!c.isSend &&
+          (headBytes != sizeof(SlotInfo) || got != c.slotHeads[slot].bytes || got > slotBytes)) {
+        fail(c, internalError("a message of %zu bytes where its header (%zu bytes) said %llu", got,
+                              headBytes, static_cast<unsigned long long>(c.slotHeads[slot].bytes)));
+        return true;
       }
       r = NetConn::Req{};
       ++c.done;
@@ -380,33 +374,31 @@ class NetTransport final : public Transport, public ProxyLink {
           return true;
         }
         if (r.head == nullptr) break;
-        ++c.posted;
-        moved = true;
-        continue;
-      }
-      if (r.head == nullptr) {
-        if (c.isSend) {
-          c.slotHeads[slot] = c.fifo->slots[slot];
-          s = plugin_->isend(c.comm, &c.slotHeads[slot], sizeof(SlotInfo), tags[0], c.headMr,
-                             &r.head);
-        } else {
-          s = plugin_->irecv(c.comm, &c.slotHeads[slot], sizeof(SlotInfo), tags[0], c.headMr,
-                             &r.head);
+      } else {
+        if (r.head == nullptr) {
+          if (c.isSend) {
+            c.slotHeads[slot] = c.fifo->slots[slot];
+            s = plugin_->isend(c.comm, &c.slotHeads[slot], sizeof(SlotInfo), tags[0], c.headMr,
+                               &r.head);
+          } else {
+            s = plugin_->irecv(c.comm, &c.slotHeads[slot], sizeof(SlotInfo), tags[0], c.headMr,
+                               &r.head);
+          }
+          if (!s.isOk()) {
+            fail(c, s);
+            return true;
+          }
+          if (r.head == nullptr) break;
         }
+        s = c.isSend ? plugin_->isend(c.comm, slotData, c.slotHeads[slot].bytes, tags[1], c.dataMr,
+                                      &r.data)
+                     : plugin_->irecv(c.comm, slotData, slotBytes, tags[1], c.dataMr, &r.data);
         if (!s.isOk()) {
           fail(c, s);
           return true;
         }
-        if (r.head == nullptr) break;
+        if (r.data == nullptr) break;
       }
-      s = c.isSend ? plugin_->isend(c.comm, slotData, c.slotHeads[slot].bytes, tags[1], c.dataMr,
-                                    &r.data)
-                   : plugin_->irecv(c.comm, slotData, slotBytes, tags[1], c.dataMr, &r.data);
-      if (!s.isOk()) {
-        fail(c, s);
-        return true;
-      }
-      if (r.data == nullptr) break;
       ++c.posted;
       moved = true;
     }

@@ -361,9 +361,7 @@ ncclResult_t exampleDeregMr(void*, void* mhandle) {
   return mhandle == &gMr ? ncclSuccess : ncclInternalError;
 }
 
-// size(i): buffer i's size.
-template <class Size>
-Request* post(Comm* c, int n, void** data, Size size, const int* tags) {
+Request* post(Comm* c, int n, void** data, const size_t* sizes, const int* tags) {
   for (Request& r : c->reqs) {
     if (r.used) continue;
     r.used = true;
@@ -372,8 +370,8 @@ Request* post(Comm* c, int n, void** data, Size size, const int* tags) {
     r.n = n;
     for (int i = 0; i < n; ++i) {
       r.data[i] = static_cast<char*>(data[i]);
-      r.capacity[i] = size(i);
-      r.size[i] = c->isSend ? size(i) : 0;
+      r.capacity[i] = sizes[i];
+      r.size[i] = c->isSend ? sizes[i] : 0;
       r.tag[i] = tags[i];
     }
     r.filled = 0;
@@ -388,21 +386,22 @@ Request* post(Comm* c, int n, void** data, Size size, const int* tags) {
 }
 
 ncclResult_t exampleIsend(void* sendComm, void* data, size_t size, int tag, void** request) {
-  *request = post(
-      static_cast<Comm*>(sendComm), 1, &data, [&](int) { return size; }, &tag);
+  *request = post(static_cast<Comm*>(sendComm), 1, &data, &size, &tag);
   return ncclSuccess;
 }
 
+// Size: int (v8) or size_t.
 template <class Size>
 ncclResult_t exampleIrecv(void* recvComm, int n, void** data, const Size* sizes, const int* tags,
                           void** request) {
   *request = nullptr;
   if (n < 1 || n > gMaxRecvs) return ncclInvalidArgument;
-  for (int i = 0; i < n; ++i)
+  size_t bytes[kMaxRecvs];
+  for (int i = 0; i < n; ++i) {
     if (sizes[i] < 0) return ncclInvalidArgument;
-  *request = post(
-      static_cast<Comm*>(recvComm), n, data, [&](int i) { return static_cast<size_t>(sizes[i]); },
-      tags);
+    bytes[i] = static_cast<size_t>(sizes[i]);
+  }
+  *request = post(static_cast<Comm*>(recvComm), n, data, bytes, tags);
   return ncclSuccess;
 }
 
@@ -522,7 +521,7 @@ ncclResult_t propsV8(int dev, ncclNetProperties_v8_t* p) {
   fillCommon(dev, p);
   return ncclSuccess;
 }
-// The members v9 added, kept by v10 and v11.
+// The members v9 added, kept by v10, v11 and v12.
 template <class Props>
 void fillFromV9(int dev, Props* p) {
   fillCommon(dev, p);
@@ -612,12 +611,7 @@ int gContext = 0;
 // plane (EXAMPLE_NET_RAILS; rail 0, plane 0 without it).
 [[maybe_unused]] ncclResult_t propsV12(int dev, ncclNetProperties_v12_t* p) {
   if (badDev(dev)) return ncclInvalidArgument;
-  fillCommon(dev, p);
-  p->forceFlush = 0;
-  p->vProps.ndevs = gNMembers[dev];
-  for (int i = 0; i < gNMembers[dev]; ++i) p->vProps.devs[i] = gMembers[dev][i];
-  p->maxP2pBytes = size_t(1) << 30;
-  p->maxCollBytes = size_t(1) << 30;
+  fillFromV9(dev, p);
   p->maxMultiRequestSize = 1;
   p->railId = gRail[dev];
   p->planeId = gPlane[dev];
