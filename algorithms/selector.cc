@@ -87,10 +87,16 @@ double treeDepthUs(const TuningInfo& info, const CostModel& m) {
          (levels + 1) * (info.localRanks - 1) * (m.shmStepUs + oversubscribedUs(info, m));
 }
 
-// Cores one ring channel keeps busy: its thread, and through the network as much again for the
-// kernel's TCP work (copies, checksums, acknowledgements) on both ends.
+// Cores one ring channel keeps busy: its thread, and through sockets as much again for the
+// kernel's TCP work (copies, checksums, acknowledgements) on both ends; a net device does that
+// work itself.
 double coresPerChannel(const TuningInfo& info) {
-  return usesNetwork(info) ? 2.0 : 1.0;
+  return usesNetwork(info) && !info.netDevice ? 2.0 : 1.0;
+}
+
+// What the network between hosts carries for all of a rank's channels together.
+double netLinkGBps(const TuningInfo& info, const CostModel& m) {
+  return info.netLinkGBps > 0 ? info.netLinkGBps : m.netMaxGBps;
 }
 
 // Throughput of a ring over nchannels: channels run on their own threads, so they add up only
@@ -98,20 +104,24 @@ double coresPerChannel(const TuningInfo& info) {
 double ringGBps(const TuningInfo& info, const CostModel& m, int nchannels) {
   double cores = std::floor(info.coresPerRank / coresPerChannel(info));
   double parallel = std::fmax(1.0, std::fmin(static_cast<double>(nchannels), cores));
-  if (usesNetwork(info)) {
-    // The streams and the rank's cap on them are CPU work (the kernel's TCP work with it), slowed
-    // down alike when ranks share cores; the link caps the sum whatever the cores do.
-    double link = info.netLinkGBps > 0 ? info.netLinkGBps : m.netMaxGBps;
-    double cpu = std::fmin(parallel * m.netGBps, m.netMaxGBps) * cpuShare(info, m);
-    return std::fmin(cpu, link);
-  }
-  return std::fmin(parallel * m.shmGBps, m.shmMaxGBps) * cpuShare(info, m);
+  const double copies = std::fmin(parallel * m.shmGBps, m.shmMaxGBps) * cpuShare(info, m);
+  if (!usesNetwork(info)) return copies;
+  // Through a net device each channel's reduce-copy fills registered memory the device sends
+  // from: the copies, capped by the devices' speed.
+  if (info.netDevice) return std::fmin(copies, netLinkGBps(info, m));
+  // Through sockets the streams and the rank's cap on them are CPU work (the kernel's TCP work
+  // with it), slowed down alike when ranks share cores; the link caps the sum whatever the
+  // cores do.
+  double cpu = std::fmin(parallel * m.netGBps, m.netMaxGBps) * cpuShare(info, m);
+  return std::fmin(cpu, netLinkGBps(info, m));
 }
 
 // The most ring channels whose throughput still adds up (cores, or the network's or memory's
 // cap).
 int usefulChannels(const TuningInfo& info, const CostModel& m) {
-  const double capped = usesNetwork(info) ? m.netMaxGBps / m.netGBps : m.shmMaxGBps / m.shmGBps;
+  const double capped = !usesNetwork(info) ? m.shmMaxGBps / m.shmGBps
+                        : info.netDevice ? std::fmin(netLinkGBps(info, m), m.shmMaxGBps) / m.shmGBps
+                                         : m.netMaxGBps / m.netGBps;
   return std::max(
       1, std::min(static_cast<int>(std::ceil(capped)),
                   static_cast<int>(std::floor(info.coresPerRank / coresPerChannel(info)))));
@@ -166,8 +176,7 @@ TuningInfo hierCrossInfo(const TuningInfo& info, const CostModel& m) {
   cross.directPossible = false;
   cross.hierRanksPerHost = 0;
   // Every rank of a host crosses at once: each gets its share of the host's link.
-  const double link = info.netLinkGBps > 0 ? info.netLinkGBps : m.netMaxGBps;
-  cross.netLinkGBps = link / std::max(1, info.hierRanksPerHost);
+  cross.netLinkGBps = netLinkGBps(info, m) / std::max(1, info.hierRanksPerHost);
   return cross;
 }
 

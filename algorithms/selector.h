@@ -24,6 +24,11 @@ struct TuningInfo {
   bool directPossible = false;  // every rank on one host with shared memory
   size_t directChunkBytes = 256 * 1024;  // staging bytes per rank of the direct algorithms
   double netLinkGBps = 0;  // slowest network link between hosts when known (else the model's)
+  // The network is a net device (an NCCL net plugin, or Chorus's IB network), not Chorus's
+  // sockets: the device moves the bytes the communicator's proxy posts, so a channel costs one
+  // core's reduce-copy into registered memory, not the kernel's TCP work, and netLinkGBps (the
+  // devices' reported speed) is what caps the channels together.
+  bool netDevice = false;
   // Ranks on every host when all hosts have the same number; the hierarchical algorithm
   // applies when this is at least 2 and there are several hosts (0: uneven, or not offered).
   int hierRanksPerHost = 0;

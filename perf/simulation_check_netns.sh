@@ -6,7 +6,9 @@
 # --net-gbps from RATE (unshaped: the model's network figures), then
 # all_reduce_perf runs ROUNDS times with the algorithm and channels it chose. Prints, per size, the
 # choice, the predicted and the measured times (us, out of place) and predicted/measured. Needs
-# root and iproute2; nothing is configured outside the namespaces.
+# root and iproute2; nothing is configured outside the namespaces. NET_PLUGIN=LIB carries the
+# links between hosts through that NCCL net plugin (the example's: libnccl-net-example.so), its
+# devices reporting RATE (10 Gbit/s unshaped) and the simulation told so (--net-device).
 # usage: perf/simulation_check_netns.sh TUNING [hosts] [ranks per host] [rate|none] [rounds] [sizes]
 #   e.g. perf/simulation_check_netns.sh machine.tuning 4 2 1gbit 3 "1M 8M 32M"
 set -eu
@@ -27,9 +29,15 @@ nranks=$((hosts * per))
 # A veth's reported speed is nominal (the ranks' model ignores it too): unshaped, the link is
 # left to the model's network figures.
 net=()
+plugin=()
 if [ "$rate" != none ]; then
   bits=$(echo "$rate" | sed -E 's/gbit$/e9/; s/mbit$/e6/')
   net=(--net-gbps "$(python3 -c "print($bits / 8e9)")")
+fi
+if [ -n "${NET_PLUGIN:-}" ]; then
+  mbps=$(python3 -c "print(int(${bits:-1e10} / 1e6))")
+  plugin=(NCCL_NET_PLUGIN="$(readlink -f "$NET_PLUGIN")" EXAMPLE_NET_SPEED_MBPS="$mbps")
+  net=(--net-device --net-gbps "$(python3 -c "print($mbps / 8000)")")
 fi
 # The hosts are namespaces of this machine: they share its cores, as the ranks' model sees.
 cores=$(python3 -c "print($(nproc) / $hosts)")
@@ -53,7 +61,7 @@ for ((round = 1; round <= rounds; round++)); do
       ip netns exec "$tag-$h" env CHORUS_RANK=$r CHORUS_NRANKS=$nranks \
         NCCL_COMM_ID=10.216.0.1:$port CHORUS_COMM_SECRET=0123456789abcdef \
         CHORUS_TUNING_FILE="$tuning" CHORUS_SOCKET_IFNAME=eth0 CHORUS_ALGO="$algo" \
-        CHORUS_MIN_CHANNELS="$channels" CHORUS_MAX_CHANNELS="$channels" \
+        CHORUS_MIN_CHANNELS="$channels" CHORUS_MAX_CHANNELS="$channels" "${plugin[@]}" \
         "$build/perf/all_reduce_perf" -b "$size" -e "$size" -n 10 -w 3 -c 0 \
         > "$tmp/run.$round.$size.$r" 2>&1 &
     done

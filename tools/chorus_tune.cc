@@ -46,6 +46,8 @@ void usage(FILE* out) {
           "  -R, --ranks-per-host R  ranks on each simulated host (default 8)\n"
           "      --max-ranks N  largest simulated cluster (default 16384)\n"
           "      --net-gbps G   network link of each simulated host, GB/s (default: the model's)\n"
+          "      --net-device   the hosts' network is a net plugin or InfiniBand device of\n"
+          "                     --net-gbps, not TCP sockets\n"
           "      --csv          --simulate prints comma-separated values\n"
           "Sizes are the nccl-tests sizes: the buffer of all-reduce, broadcast and reduce, the\n"
           "gathered output of all-gather, the scattered input of reduce-scatter.\n");
@@ -193,6 +195,8 @@ int main(int argc, char** argv) {
       char* end = nullptr;
       sim.netLinkGBps = strtod(value("--net-gbps"), &end);
       ok = *end == '\0' && sim.netLinkGBps > 0;
+    } else if (a == "--net-device") {
+      sim.netDevice = true;
     } else if (a == "--csv") {
       sim.csv = true;
     } else {

@@ -66,6 +66,7 @@ int runSimulation(const SimulateOptions& o) {
   base.coresPerRank = cores / o.ranksPerHost;
   base.shm = o.shm;
   base.netLinkGBps = o.netLinkGBps;
+  base.netDevice = o.netDevice;
   base.directChunkBytes = static_cast<size_t>(chorus::paramInt("DIRECT_BUFFSIZE"));
   const chorus::ParamValue tuning = chorus::paramRaw("TUNING_FILE");
   const std::string model =
@@ -75,9 +76,10 @@ int runSimulation(const SimulateOptions& o) {
     if (!o.csv) {
       char netText[32];
       snprintf(netText, sizeof netText, "%.3g GB/s", o.netLinkGBps);
-      printf("# %s: %d ranks per host, %g cores per host, network link %s, cost model: %s\n",
+      printf("# %s: %d ranks per host, %g cores per host, network link %s (%s), cost model: %s\n",
              chorus::collectiveName(coll), o.ranksPerHost, cores,
-             o.netLinkGBps > 0 ? netText : "the model's", model.c_str());
+             o.netLinkGBps > 0 ? netText : "the model's", o.netDevice ? "net device" : "sockets",
+             model.c_str());
       printf(
           "# cell: algorithm (ring/channels), predicted time, predicted bus bandwidth in GB/s\n");
       printf("%7s %6s", "ranks", "hosts");

@@ -11,6 +11,7 @@ struct SimulateOptions {
   int maxRanks = 16384;
   double coresPerHost = 0;  // 0: ranksPerHost (a core per rank); fractions allowed
   double netLinkGBps = 0;   // the network link of each host (0: the model's network figures)
+  bool netDevice = false;   // that link is a net plugin's or an IB device, not TCP sockets
   bool shm = true;
   bool csv = false;
   std::vector<chorus::Collective> colls;

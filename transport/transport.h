@@ -23,6 +23,8 @@ constexpr int kMaxExtraAddrs = 3;
 
 // CPUs a PeerInfo's mask describes.
 constexpr int kCpuMaskBits = 1024;
+// Net plugin devices a PeerInfo describes the speed of.
+constexpr int kMaxNetDevices = 32;
 
 // What every rank publishes about itself at init (exchanged with allGather; plain data).
 struct PeerInfo {
@@ -49,6 +51,9 @@ struct PeerInfo {
   // The NCCL net plugin this rank loaded (its table's name; "" when none): two ranks on
   // different hosts that name the same one talk through it.
   char netName[32];
+  // The speed (Mbit/s) of each of that plugin's devices this rank's channels use (0: not used,
+  // or not reported), for the cost model's figure of each host's link.
+  int32_t netDevMbps[kMaxNetDevices];
 };
 
 // Receives errors found off the calling thread (the proxy), e.g. a peer that went away.

@@ -13,6 +13,7 @@
 #include "common/param.h"
 #include "transport/net_plugin/net_plugin.h"
 #include "core/peer_cpus.h"
+#include "core/peer_net.h"
 #include "core/topo_report.h"
 #include "exec/call_tag.h"
 #include "exec/compress.h"
@@ -207,6 +208,7 @@ Status Communicator::init(const UniqueIdInfo& id) {
   describeLocalPlacement(me.address, *topo.value(), &me);
   describeExtraInterfaces(bo.preferredInterfaces, &me);
   if (netPlugin_ != nullptr) snprintf(me.netName, sizeof me.netName, "%s", netPlugin_->name());
+  describeNetDevices(netPlugin_, topo.value(), transportCtx_.gpuBusId, &me);
   CHORUS_TRY(bootstrap_->allGather(peers_.data(), sizeof(PeerInfo)));
   for (int r = 0; r < nranks_; ++r) {
     if (peers_[r].rank != r)
@@ -250,12 +252,15 @@ Status Communicator::init(const UniqueIdInfo& id) {
   // the core its peer needs, so it spins briefly and then yields (CHORUS_SPIN_YIELD_US).
   spinCount_ = paramInt("SPIN_COUNT");
   if (spinCount_ < 0) spinCount_ = tuning_.coresPerRank < 1.0 ? 20 : 2000;
-  // The topology's figure for the network: the slowest link speed any rank reported.
+  // The network's figures: through a net plugin, the speeds of the devices the ranks use (a
+  // host's devices added up), which move the bytes themselves; else the slowest link speed of
+  // any rank's bootstrap interface, the sockets' own.
   if (tuning_.nnodes > 1 || anyShmDisabled) {
+    tuning_.netDevice = netPluginBetweenHosts(peers_);
     int slowest = 0;
     for (const PeerInfo& p : peers_)
       if (p.ifSpeedMbps > 0 && (slowest == 0 || p.ifSpeedMbps < slowest)) slowest = p.ifSpeedMbps;
-    if (slowest > 0) tuning_.netLinkGBps = slowest / 8000.0;
+    tuning_.netLinkGBps = tuning_.netDevice ? netDeviceLinkGBps(peers_) : slowest / 8000.0;
   }
   tuning_.directPossible = tuning_.nnodes == 1 && !anyShmDisabled && nranks_ > 1;
   // The hierarchical algorithm wants the same number of ranks (two or more) on every host.
@@ -286,13 +291,20 @@ Status Communicator::init(const UniqueIdInfo& id) {
   if (tuning_.directPossible &&
       (tuning_.allowed.allows(Algorithm::kOneShot) || tuning_.allowed.allows(Algorithm::kTwoShot)))
     CHORUS_TRY(ensureDirect());
-  if (rank_ == 0)
+  if (rank_ == 0) {
+    std::string net = "none";
+    if (tuning_.nnodes > 1 || anyShmDisabled)
+      net = formatString("%s, %s", tuning_.netDevice ? peers_[0].netName : "sockets",
+                         tuning_.netLinkGBps > 0
+                             ? formatString("%.3g GB/s per host", tuning_.netLinkGBps).c_str()
+                             : "link speed unknown");
     LOG_INFO(kSubsysTuning,
-             "%d ranks on %d host(s), at most %d per host, %.2f cores per rank; channels %d..%d; "
-             "algorithms %s",
-             nranks_, tuning_.nnodes, tuning_.localRanks, tuning_.coresPerRank, tuning_.minChannels,
-             tuning_.maxChannels,
+             "%d ranks on %d host(s), at most %d per host, %.2f cores per rank; network %s; "
+             "channels %d..%d; algorithms %s",
+             nranks_, tuning_.nnodes, tuning_.localRanks, tuning_.coresPerRank, net.c_str(),
+             tuning_.minChannels, tuning_.maxChannels,
              tuning_.allowed.isSet ? tuning_.allowed.text.c_str() : "chosen by the cost model");
+  }
 
   // Windows are read in place unless the user chose the algorithms or turned them off.
   windowsInPlace_ = paramInt("WINDOW") != 0 && tuning_.directPossible && !tuning_.allowed.isSet;

@@ -417,6 +417,19 @@ check_cores() {
   fi
 }
 
+# check_network NAME ERR WANT: the network the cost model counts on, as rank 0 logs it
+# ("ExampleSocket, 0.5 GB/s per host"; a trailing * matches any rest).
+check_network() {
+  local name=$1 err=$2 want=$3 seen
+  seen=$(grep -oE 'per rank; network [^;]*;' "$err" | head -n 1 | sed 's/^per rank; network //; s/;$//')
+  # shellcheck disable=SC2053  # $want is a pattern
+  if [[ $seen == $want ]]; then
+    record PASS "$name network" "the cost model's network: $seen"
+  else
+    record FAIL "$name network" "the cost model's network: ${seen:-not logged}, expected $want"
+  fi
+}
+
 # run_case NAME HOSTS PLACEMENT TOOL [VAR=VALUE...]: a run expected to succeed; checks rank 0's
 # rows. Leaves the ranks' output in $WORK_DIR/NAME.
 run_case() {
@@ -521,8 +534,12 @@ for hosts in "${HOST_COUNTS[@]}"; do
     fi
     for tool in "${plugin_tools[@]}"; do
       name="$prefix-net-plugin-v$v-$tool"
-      if DEBUG_SUBSYS=INIT,NET run_case "$name" "$hosts" contiguous "$tool" NCCL_NET_PLUGIN="$lib"; then
+      # The devices' speed is the cost model's network: each host's ranks share one device
+      # that reports 4 Gbit/s.
+      if DEBUG_SUBSYS=INIT,NET,TUNING run_case "$name" "$hosts" contiguous "$tool" \
+        NCCL_NET_PLUGIN="$lib" EXAMPLE_NET_SPEED_MBPS=4000; then
         check_plugin "$name" "$WORK_DIR/$name" "$hosts" "$v"
+        check_network "$name" "$WORK_DIR/$name/0.err" "ExampleSocket, 0.5 GB/s per host"
       fi
     done
   done
@@ -532,6 +549,7 @@ for hosts in "${HOST_COUNTS[@]}"; do
     if DEBUG_SUBSYS=INIT,TUNING run_case "$name" "$hosts" contiguous all_reduce_perf \
       NCCL_ALGO="$algo"; then
       check_algorithm "$name" "$WORK_DIR/$name/0.err" "$algo"
+      check_network "$name" "$WORK_DIR/$name/0.err" "sockets, *"
       check_cores "$name" "$WORK_DIR/$name/0.err" $((hosts * RANKS_PER_HOST))
     fi
   done

@@ -44,6 +44,14 @@ check "chorus-tune --simulate prints 8 clusters of 8..1024 ranks (got $rows)" \
 lines=$(grep -cE '^[A-Za-z]+,[0-9]+,[0-9]+,[0-9]+,[a-z]+,[0-9]+,' "$tmp/sim.csv")
 check "chorus-tune --simulate --csv: 5 collectives x 5 clusters x 3 sizes (got $lines)" \
   $([ "$lines" -eq 75 ] && head -1 "$tmp/sim.csv" | grep -q '^collective,ranks,hosts,bytes'; echo $?)
+# --net-device: two hosts with 16 cores each on a 200 Gbit/s device take more channels, and
+# reach more of the link, than through TCP sockets, whose streams cost cores and cap lower.
+sock=$("$tune" --simulate --csv -R 1 --max-ranks 2 -C 16 --net-gbps 25 -b 64M -e 64M | tail -1)
+dev=$("$tune" --simulate --csv -R 1 --max-ranks 2 -C 16 --net-gbps 25 --net-device -b 64M -e 64M |
+  tail -1)
+check "chorus-tune --simulate --net-device: more channels and busbw than sockets ($sock / $dev)" \
+  $(awk -F, -v s="$sock" -v d="$dev" 'BEGIN { split(s, a, ","); split(d, b, ",");
+      exit !(b[6] > a[6] && b[8] > a[8]) }'; echo $?)
 "$tune" --simulate -R 0 > "$tmp/simbad.txt" 2>&1
 status=$?
 check "chorus-tune --simulate refuses --ranks-per-host 0 (exit $status)" $([ $status -eq 2 ]; echo $?)

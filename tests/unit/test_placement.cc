@@ -2,10 +2,13 @@
 // unknown node, then the rest, faster first; loopback, virtual and down interfaces never.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "core/peer_net.h"
 #include "core/topo_report.h"
+#include "transport/net_plugin/net_plugin.h"
 #include "topo/topo_file.h"
 
 namespace chorus {
@@ -51,6 +54,89 @@ TEST(Placement, UnknownCpusKeepTheFastestFirst) {
   LocalTopology dual = fixture("dual_socket_4gpu_2nic.json");
   // Both HCAs' interfaces run at 200 Gb/s: without a home node they keep their order.
   EXPECT_EQ(interfacesByLocality(dual, {}), (std::vector<std::string>{"ib0", "ib1"}));
+}
+
+// A plugin of devices with given speeds and no traffic: what the ranks publish about it.
+class SpeedsOnly : public NetPlugin {
+ public:
+  explicit SpeedsOnly(std::vector<int> mbps) : mbps_(std::move(mbps)) {}
+  const char* name() const override { return "SpeedsOnly"; }
+  int version() const override { return 12; }
+  const std::string& library() const override { return library_; }
+  int devices() const override { return static_cast<int>(mbps_.size()); }
+  Status properties(int dev, Properties* out) override {
+    if (mbps_[static_cast<size_t>(dev)] < 0) return internalError("device %d is broken", dev);
+    out->name = "dev" + std::to_string(dev);
+    out->speedMbps = mbps_[static_cast<size_t>(dev)];
+    return Status::ok();
+  }
+  Status listen(int, void*, void**) override { return unused(); }
+  Status connect(int, void*, void**) override { return unused(); }
+  Status accept(void*, void**) override { return unused(); }
+  Status regMr(void*, void*, size_t, void**) override { return unused(); }
+  Status deregMr(void*, void*) override { return unused(); }
+  Status isend(void*, void*, size_t, int, void*, void**) override { return unused(); }
+  Status irecv(void*, void*, size_t, int, void*, void**) override { return unused(); }
+  Status test(void*, bool*, size_t*) override { return unused(); }
+  Status closeSend(void*) override { return unused(); }
+  Status closeRecv(void*) override { return unused(); }
+  Status closeListen(void*) override { return unused(); }
+
+ private:
+  static Status unused() { return internalError("not for traffic"); }
+  std::vector<int> mbps_;
+  std::string library_ = "none";
+};
+
+PeerInfo peer(uint64_t host, const char* net, std::vector<int> mbps = {}) {
+  PeerInfo p;
+  std::memset(&p, 0, sizeof p);
+  p.hostId = host;
+  p.numaNode = -1;
+  snprintf(p.netName, sizeof p.netName, "%s", net);
+  for (size_t d = 0; d < mbps.size(); ++d) p.netDevMbps[d] = mbps[d];
+  return p;
+}
+
+// Devices of unknown NUMA node are all a rank's; one whose properties fail counts no speed.
+TEST(Placement, RanksPublishTheSpeedOfTheirNetDevices) {
+  PeerInfo me = peer(1, "SpeedsOnly", {7, 7, 7});
+  describeNetDevices(nullptr, nullptr, "", &me);
+  for (int d = 0; d < kMaxNetDevices; ++d) EXPECT_EQ(me.netDevMbps[d], 0) << d;
+  SpeedsOnly plugin({100000, -1, 25000});
+  describeNetDevices(&plugin, nullptr, "", &me);
+  EXPECT_EQ(me.netDevMbps[0], 100000);
+  EXPECT_EQ(me.netDevMbps[1], 0);
+  EXPECT_EQ(me.netDevMbps[2], 25000);
+  EXPECT_EQ(me.netDevMbps[3], 0);
+}
+
+// A host's link is each device its ranks use counted once; the slowest host's is the figure.
+TEST(Placement, NetDeviceLinkIsTheSlowestHostsDevicesAddedUp) {
+  // Host 1: two ranks on devices 0 and 1 (200 Gbit/s); host 2: two ranks sharing device 0,
+  // which one of them reports faster (100 Gbit/s counted once, at the higher figure).
+  std::vector<PeerInfo> peers = {peer(1, "X", {100000}), peer(1, "X", {0, 100000}),
+                                 peer(2, "X", {100000}), peer(2, "X", {90000})};
+  EXPECT_TRUE(netPluginBetweenHosts(peers));
+  EXPECT_DOUBLE_EQ(netDeviceLinkGBps(peers), 100000 / 8000.0);
+  peers[2].netDevMbps[3] = 200000;  // host 2 now has 300 Gbit/s: host 1's 200 are the slowest
+  EXPECT_DOUBLE_EQ(netDeviceLinkGBps(peers), 200000 / 8000.0);
+  // A host whose devices report no speed: unknown.
+  peers.push_back(peer(3, "X"));
+  EXPECT_DOUBLE_EQ(netDeviceLinkGBps(peers), 0);
+}
+
+// The plugin carries the network only when every rank loaded the same one and some ranks do
+// not share memory.
+TEST(Placement, NetPluginBetweenHostsNeedsEveryRankOnIt) {
+  EXPECT_FALSE(netPluginBetweenHosts({peer(1, "X"), peer(1, "X")}));  // shared memory only
+  EXPECT_TRUE(netPluginBetweenHosts({peer(1, "X"), peer(2, "X")}));
+  EXPECT_FALSE(netPluginBetweenHosts({peer(1, "X"), peer(2, "Y")}));
+  EXPECT_FALSE(netPluginBetweenHosts({peer(1, ""), peer(2, "")}));
+  EXPECT_FALSE(netPluginBetweenHosts({peer(1, "X"), peer(2, "X"), peer(3, "")}));
+  std::vector<PeerInfo> oneHost = {peer(1, "X"), peer(1, "X")};
+  oneHost[1].shmDisabled = 1;
+  EXPECT_TRUE(netPluginBetweenHosts(oneHost));
 }
 
 }  // namespace

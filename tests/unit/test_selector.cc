@@ -2,6 +2,7 @@
 // against a brute-force minimum over the cost model's predictions.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -78,6 +79,15 @@ TuningInfo oneHost(int nranks, double coresPerRank) {
   info.localRanks = nranks;
   info.coresPerRank = coresPerRank;
   info.directPossible = nranks > 1;
+  return info;
+}
+
+// nranks over nhosts hosts, evenly, coresPerRank each.
+TuningInfo hostsOf(int nranks, int nhosts, double coresPerRank) {
+  TuningInfo info = oneHost(nranks, coresPerRank);
+  info.nnodes = nhosts;
+  info.localRanks = nranks / nhosts;
+  info.directPossible = false;
   return info;
 }
 
@@ -240,10 +250,7 @@ TEST(Selector, ModelShape) {
 // network hop.
 TEST(Selector, HostShapedHopsCostWhatTheyCross) {
   const CostModel& m = costModel();
-  TuningInfo hosts = oneHost(16, 1.0);
-  hosts.nnodes = 2;
-  hosts.localRanks = 8;
-  hosts.directPossible = false;
+  TuningInfo hosts = hostsOf(16, 2, 1.0);
   const double hop = (2.0 * m.netStepUs + 14.0 * m.shmStepUs) / 16;
   EXPECT_NEAR(predictUs(hosts, Collective::kAllReduce, Algorithm::kRing, 1, 0), 2 * 15 * hop, 1e-9);
   EXPECT_NEAR(predictUs(hosts, Collective::kAllGather, Algorithm::kRing, 1, 0), 15 * hop, 1e-9);
@@ -269,6 +276,45 @@ TEST(Selector, HostShapedHopsCostWhatTheyCross) {
               predictUs(tcp, Collective::kAllReduce, Algorithm::kRing, 1, big) -
                   predictUs(tcp, Collective::kAllReduce, Algorithm::kRing, 1, 0),
               1e-6);
+}
+
+// Through a net device (plugin or IB) a channel is one core's copy into registered memory and
+// the devices' speed caps the sum: neither the sockets' per-stream figure nor their two cores a
+// channel apply.
+TEST(Selector, NetDeviceTakesItsSpeedNotTheSocketsFigures) {
+  const CostModel& m = costModel();
+  TuningInfo dev = hostsOf(2, 2, 2.0);
+  dev.netDevice = true;
+  dev.netLinkGBps = 25;              // 200 Gbit/s
+  const size_t s = size_t(4) << 20;  // a rank's buffers stay in the caches
+  auto bandwidthUs = [&](const TuningInfo& i, int ch) {
+    return predictUs(i, Collective::kAllReduce, Algorithm::kRing, ch, s) -
+           predictUs(i, Collective::kAllReduce, Algorithm::kRing, ch, 0);
+  };
+  const double moved = 2.0 * (2 - 1) / 2 * static_cast<double>(s);
+  EXPECT_NEAR(bandwidthUs(dev, 1), moved / (std::fmin(m.shmGBps, 25.0) * 1e3), 1e-6);
+  // Two cores carry two channels' copies.
+  EXPECT_NEAR(bandwidthUs(dev, 2), moved / (std::fmin(2 * m.shmGBps, m.shmMaxGBps) * 1e3), 1e-6);
+  TuningInfo tcp = dev;
+  tcp.netDevice = false;
+  EXPECT_NEAR(bandwidthUs(tcp, 2), moved / (std::fmin(m.netGBps, m.netMaxGBps) * 1e3), 1e-6);
+  // A device slower than the copies is the limit, whatever the channels.
+  TuningInfo slow = dev;
+  slow.netLinkGBps = 1.25;
+  EXPECT_NEAR(bandwidthUs(slow, 1), moved / 1.25e3, 1e-6);
+  EXPECT_NEAR(bandwidthUs(slow, 2), moved / 1.25e3, 1e-6);
+  EXPECT_EQ(selectAlgorithm(slow, Collective::kAllReduce, s).nchannels, 1);
+  // With cores to spare, a fast device takes more channels than the sockets' cap pays for.
+  dev.coresPerRank = tcp.coresPerRank = 16;
+  const size_t big = size_t(64) << 20;
+  EXPECT_GT(selectAlgorithm(dev, Collective::kAllReduce, big).nchannels,
+            selectAlgorithm(tcp, Collective::kAllReduce, big).nchannels);
+  EXPECT_LT(selectAlgorithm(dev, Collective::kAllReduce, big).us,
+            selectAlgorithm(tcp, Collective::kAllReduce, big).us);
+  for (size_t bytes : {size_t{8}, size_t{1} << 16, s, big}) {
+    expectArgmin(dev, Collective::kAllReduce, bytes);
+    expectArgmin(slow, Collective::kAllGather, bytes);
+  }
 }
 
 TEST(Selector, OverridesWin) {

@@ -449,6 +449,19 @@ std::vector<int> nearNetDevices(const std::vector<int>& deviceNodes, int node) {
   return near.empty() ? all : near;
 }
 
+NetDeviceChoice chooseNetDevices(const std::vector<int>& deviceNodes,
+                                 const std::vector<std::string>& deviceBusIds,
+                                 const LocalTopology* topo, int node, const std::string& gpuBusId) {
+  NetDeviceChoice c;
+  const bool placed = paramInt("NET_NUMA_DEVICES") != 0;
+  if (placed && topo != nullptr && !gpuBusId.empty())
+    c.devices = gpuNearNetDevices(*topo, gpuBusId, deviceBusIds, &c.gpuDistance);
+  c.nearGpu = !c.devices.empty();
+  if (!c.nearGpu) c.devices = nearNetDevices(deviceNodes, placed ? node : -1);
+  if (c.devices.empty()) c.devices.push_back(0);
+  return c;
+}
+
 std::vector<std::string> netPluginCandidates(const char* value) {
   std::vector<std::string> out;
   if (value == nullptr) {

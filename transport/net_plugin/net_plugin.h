@@ -112,6 +112,19 @@ std::vector<int> gpuNearNetDevices(const LocalTopology& topo, const std::string&
                                    const std::vector<std::string>& deviceBusIds,
                                    PciDistance* distance = nullptr);
 
+// The devices a rank's channels take in turn: those below its GPU's PCIe switch (a device
+// communicator's rank, gpuBusId set), else those on its NUMA node `node`, else all; device 0
+// where the plugin lists none. CHORUS_NET_NUMA_DEVICES=0 leaves placement out (all devices).
+// deviceNodes and deviceBusIds describe each device (netDeviceNumaNode, netDeviceBusId).
+struct NetDeviceChoice {
+  std::vector<int> devices;
+  bool nearGpu = false;  // chosen by the GPU's PCIe switch
+  PciDistance gpuDistance = PciDistance::kUnknown;
+};
+NetDeviceChoice chooseNetDevices(const std::vector<int>& deviceNodes,
+                                 const std::vector<std::string>& deviceBusIds,
+                                 const LocalTopology* topo, int node, const std::string& gpuBusId);
+
 // When processNetPlugin left the sockets although Chorus's IB network was not turned off by
 // NCCL_NET: why the IB network could not be used ("" otherwise).
 std::string whyNoIbNetwork();

@@ -179,21 +179,15 @@ class NetTransport final : public Transport, public ProxyLink {
     }
     const bool known = ctx_.peers != nullptr && ctx_.rank >= 0 &&
                        static_cast<size_t>(ctx_.rank) < ctx_.peers->size();
-    const bool placed = paramInt("NET_NUMA_DEVICES") != 0;
-    const int node = known && placed ? (*ctx_.peers)[ctx_.rank].numaNode : -1;
-    // A GPU's rank: the devices below the PCIe switch it is below, when there are any.
-    PciDistance distance = PciDistance::kUnknown;
-    std::vector<int> nearGpu;
-    if (placed && ctx_.topo != nullptr && !ctx_.gpuBusId.empty())
-      nearGpu = gpuNearNetDevices(*ctx_.topo, ctx_.gpuBusId, buses, &distance);
-    devices_ = !nearGpu.empty() ? nearGpu : nearNetDevices(nodes, node);
-    if (devices_.empty()) devices_.push_back(0);
+    const int node = known ? (*ctx_.peers)[ctx_.rank].numaNode : -1;
+    const NetDeviceChoice choice = chooseNetDevices(nodes, buses, ctx_.topo, node, ctx_.gpuBusId);
+    devices_ = choice.devices;
     std::string chosen;
     for (int d : devices_) chosen += formatString("%s%d", chosen.empty() ? "" : ",", d);
-    const std::string why = !nearGpu.empty()
-                                ? formatString("this rank's GPU %s is %s to them",
-                                               ctx_.gpuBusId.c_str(), pciDistanceName(distance))
-                                : formatString("this rank is on NUMA node %d", node);
+    const std::string why =
+        choice.nearGpu ? formatString("this rank's GPU %s is %s to them", ctx_.gpuBusId.c_str(),
+                                      pciDistanceName(choice.gpuDistance))
+                       : formatString("this rank is on NUMA node %d", node);
     LOG_INFO(kSubsysNet, "rank %d: net plugin %s devices %s; %s: its channels use device%s %s",
              ctx_.rank, plugin_->name(), where.c_str(), why.c_str(),
              devices_.size() == 1 ? "" : "s", chosen.c_str());

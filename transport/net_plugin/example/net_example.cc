@@ -10,7 +10,8 @@
 // non-blocking: connect keeps its state in the handle, and test() moves the bytes of a comm's
 // requests, in order, as far as the socket takes them. A receive takes only a message of its
 // tag; a grouped receive (maxRecvs 8, or EXAMPLE_NET_MAX_RECVS from 1 to 8) takes its buffers'
-// messages in whatever order they come, each into the buffer of its tag.
+// messages in whatever order they come, each into the buffer of its tag. Each device reports
+// 10 Gbit/s, or EXAMPLE_NET_SPEED_MBPS (a fused device the sum of its members').
 // NET_EXAMPLE_MAX_VERSION (8 to 12) limits the tables it exports.
 #include <arpa/inet.h>
 #include <errno.h>
@@ -44,6 +45,7 @@ constexpr uint32_t kWireMagic = 0x45584d53;    // "EXMS"
 constexpr int kMaxRequests = NCCL_NET_MAX_REQUESTS;
 constexpr int kMaxRecvs = 8;
 int gMaxRecvs = kMaxRecvs;
+int gSpeedMbps = 10000;
 
 ncclDebugLogger_t gLog = nullptr;
 sockaddr_in gAddr;  // the device's address (port 0)
@@ -163,6 +165,8 @@ void readDevicesOnce() {
   const char* recvs = getenv("EXAMPLE_NET_MAX_RECVS");
   gMaxRecvs = recvs != nullptr ? atoi(recvs) : kMaxRecvs;
   if (gMaxRecvs < 1 || gMaxRecvs > kMaxRecvs) gMaxRecvs = kMaxRecvs;
+  const char* speed = getenv("EXAMPLE_NET_SPEED_MBPS");
+  gSpeedMbps = speed != nullptr && atoi(speed) > 0 ? atoi(speed) : 10000;
 }
 
 bool badDev(int dev) {
@@ -256,7 +260,7 @@ void fillCommon(int dev, Props* p) {
   p->guid = 0x4558;
   p->ptrSupport = NCCL_PTR_HOST;
   p->regIsGlobal = 0;
-  p->speed = 10000 * gNMembers[dev];
+  p->speed = gSpeedMbps * gNMembers[dev];
   p->port = 0;
   p->latency = 0;
   p->maxComms = 65536;
