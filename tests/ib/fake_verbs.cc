@@ -9,6 +9,8 @@
 // (default "mlx5_0:ib,mlx5_1:roce").
 #include <errno.h>
 #include <infiniband/verbs.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -405,6 +407,33 @@ ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
   ++stats.mrsLive;
   ++stats.mrsRegistered;
   return &m->mr;
+}
+
+// A dma-buf (a memfd in the tests) whose bytes from offset are those at iova in this process,
+// as a GPU's exported memory is at its address: registered at iova, as ibv_reg_mr would.
+ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd,
+                          int access) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t start = offset / page * page;
+  const size_t span = static_cast<size_t>(offset - start) + length;
+  void* map = fd < 0 || length == 0
+                  ? MAP_FAILED
+                  : mmap(nullptr, span, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(start));
+  if (map == MAP_FAILED) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  void* addr = reinterpret_cast<void*>(static_cast<uintptr_t>(iova));
+  const bool same = memcmp(static_cast<char*>(map) + (offset - start), addr, length) == 0;
+  munmap(map, span);
+  if (!same) {
+    errno = EFAULT;
+    return nullptr;
+  }
+  ibv_mr* mr = ibv_reg_mr(pd, addr, length, access);
+  std::lock_guard<std::mutex> lock(mu);
+  if (mr != nullptr) ++stats.dmabufMrs;
+  return mr;
 }
 
 int ibv_dereg_mr(ibv_mr* mr) {

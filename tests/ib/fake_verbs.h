@@ -21,6 +21,7 @@ typedef struct {
   uint64_t badTransitions; /* ibv_modify_qp calls refused */
   uint64_t roceConnects;   /* queue pairs moved to RTR with a GRH (RoCE) */
   int lastSgidIndex;       /* the source GID index of the last RoCE RTR */
+  uint64_t dmabufMrs;      /* dma-buf registrations whose fd held the bytes at their iova */
 } FakeVerbsStats;
 
 typedef void (*FakeVerbsStatsFn)(FakeVerbsStats* out);

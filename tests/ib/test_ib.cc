@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -511,6 +512,50 @@ TEST(IbNet, MessagesArriveWithAdaptiveRouting) {
   ScopedEnv qps("NCCL_IB_QPS_PER_CONNECTION", "2");
   ScopedEnv ar("NCCL_IB_ADAPTIVE_ROUTING", "1");
   expectMessagesArrive(1);
+}
+
+// Memory exported as a dma-buf (a memfd stands for a GPU's) takes RDMA writes once registered
+// with ibv_reg_dmabuf_mr at its address; the fd's bytes must be those at the address (the
+// stand-in checks, as the HCA would reach them), and an offset or fd that cannot be is an error.
+TEST(IbNet, DmaBufMemoryTakesMessages) {
+  auto made = chorus::makeIbNet(fakeVerbs());
+  ASSERT_TRUE(made.isOk()) << made.status().message();
+  NetPlugin& p = *made.value();
+  expectDmaBufSupport(p);
+  const size_t at = static_cast<size_t>(sysconf(_SC_PAGESIZE)) + 64, bytes = 5000;
+  DmaBufStandIn buf(4);
+  ASSERT_NE(buf.mem, nullptr);
+  const FakeVerbsStats before = fakeStats();
+  void *send = nullptr, *recv = nullptr;
+  connectPair(p, 0, &send, &recv);
+  void* mr = nullptr;
+  EXPECT_FALSE(p.regMrDmaBuf(recv, buf.mem + at, bytes, NCCL_PTR_CUDA, 3 * 64, buf.fd, &mr).isOk());
+  chorus::Status low = p.regMrDmaBuf(recv, buf.mem + at, bytes, NCCL_PTR_CUDA, 10, buf.fd, &mr);
+  EXPECT_EQ(low.code(), chorus::Code::kInvalidArgument) << low.message();
+  EXPECT_EQ(p.regMrDmaBuf(recv, buf.mem + at, bytes, NCCL_PTR_CUDA, at, -1, &mr).code(),
+            chorus::Code::kInvalidArgument);
+  EXPECT_EQ(fakeStats().dmabufMrs, before.dmabufMrs);
+  chorus::Status right = p.regMrDmaBuf(recv, buf.mem + at, bytes, NCCL_PTR_CUDA, at, buf.fd, &mr);
+  ASSERT_TRUE(right.isOk()) << right.message();
+  EXPECT_EQ(fakeStats().dmabufMrs, before.dmabufMrs + 1);
+  std::vector<unsigned char> out(bytes);
+  for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<unsigned char>(i * 31 + 7);
+  void* smr = nullptr;
+  ASSERT_TRUE(p.regMr(send, out.data(), out.size(), &smr).isOk());
+  void *sreq = nullptr, *rreq = nullptr;
+  ASSERT_TRUE(p.irecv(recv, buf.mem + at, bytes, 2, mr, &rreq).isOk());
+  ASSERT_TRUE(p.isend(send, out.data(), bytes, 2, smr, &sreq).isOk());
+  size_t sent = 0, got = 0;
+  std::string why;
+  ASSERT_TRUE(finish(p, sreq, rreq, &sent, &got, &why)) << why;
+  EXPECT_EQ(got, bytes);
+  EXPECT_EQ(memcmp(buf.mem + at, out.data(), bytes), 0);
+  EXPECT_EQ(buf.mem[at + bytes], static_cast<unsigned char>((at + bytes) % 253));
+  EXPECT_TRUE(p.deregMr(recv, mr).isOk());
+  EXPECT_TRUE(p.deregMr(send, smr).isOk());
+  EXPECT_TRUE(p.closeSend(send).isOk());
+  EXPECT_TRUE(p.closeRecv(recv).isOk());
+  EXPECT_EQ(fakeStats().mrsLive, before.mrsLive);
 }
 
 // Up to 32 requests of each direction are in flight; the next waits for a slot; many

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +14,37 @@
 
 #include "transport/net_plugin/net_abi.h"
 #include "transport/net_plugin/net_plugin.h"
+
+// Host memory as a GPU exports it, a dma-buf: `pages` pages of a memfd mapped shared, byte i
+// holding i % 253 (so that the bytes at two offsets differ); unmapped and closed at the end.
+struct DmaBufStandIn {
+  explicit DmaBufStandIn(size_t pages)
+      : bytes(pages * static_cast<size_t>(sysconf(_SC_PAGESIZE))),
+        fd(memfd_create("chorus-dmabuf", MFD_CLOEXEC)) {
+    void* map = fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) == 0
+                    ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                    : MAP_FAILED;
+    mem = map != MAP_FAILED ? static_cast<unsigned char*>(map) : nullptr;
+    for (size_t i = 0; mem != nullptr && i < bytes; ++i)
+      mem[i] = static_cast<unsigned char>(i % 253);
+  }
+  ~DmaBufStandIn() {
+    if (mem != nullptr) munmap(mem, bytes);
+    if (fd >= 0) close(fd);
+  }
+  DmaBufStandIn(const DmaBufStandIn&) = delete;
+  DmaBufStandIn& operator=(const DmaBufStandIn&) = delete;
+  size_t bytes;
+  int fd;
+  unsigned char* mem = nullptr;
+};
+
+// Device 0 of p says it registers dma-bufs as well as host memory.
+inline void expectDmaBufSupport(chorus::NetPlugin& p) {
+  chorus::NetPlugin::Properties props;
+  ASSERT_TRUE(p.properties(0, &props).isOk());
+  EXPECT_EQ(props.ptrSupport, NCCL_PTR_HOST | NCCL_PTR_DMABUF);
+}
 
 // Connects a sender and a receiver on device dev of p, driving connect and accept in turn from
 // one thread, as a single thread must.

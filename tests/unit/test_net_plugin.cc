@@ -4,6 +4,7 @@
 // moves messages of several sizes, compared byte for byte, a grouped receive whose messages come
 // out of order, and a message of the wrong tag refused.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -385,6 +386,76 @@ TEST(NetDevices, NumaNodeFromTheDevicesSysfsDirectory) {
   EXPECT_EQ(chorus::netDeviceNumaNode(""), -1);  // a virtual device
   unlink(file.c_str());
   rmdir(dir);
+}
+
+// dma-buf registration through the wrapper: host memory in a memfd stands for a GPU's dma-buf.
+// The example (EXAMPLE_NET_DMABUF=1) maps the fd at the offset given and checks that it holds
+// the registered bytes; a message then arrives in that memory, and a flush of host memory
+// needs no request. The v8 build has no regMrDmaBuf.
+TEST(NetPluginLoad, DmaBufRegistrationAndFlush) {
+  char dir[] = "/tmp/chorus-netdmabuf-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string c12 = freshCopy("NET_EXAMPLE_V12", dir), c8 = freshCopy("NET_EXAMPLE_V8", dir);
+  ASSERT_FALSE(c12.empty() || c8.empty());
+  setenv("EXAMPLE_NET_DMABUF", "1", 1);
+  auto v12 = chorus::loadNetPlugin(c12);
+  auto v8 = chorus::loadNetPlugin(c8);
+  unsetenv("EXAMPLE_NET_DMABUF");
+  ASSERT_TRUE(v12.isOk() && v8.isOk());
+  NetPlugin& p = *v12.value();
+  expectDmaBufSupport(p);
+
+  const size_t at = static_cast<size_t>(sysconf(_SC_PAGESIZE)) + 100, bytes = 1000;
+  DmaBufStandIn buf(2);
+  ASSERT_NE(buf.mem, nullptr);
+  unsigned char* mem = buf.mem;
+  const int fd = buf.fd;
+  void* send = nullptr;
+  void* recv = nullptr;
+  connectPair(p, 0, &send, &recv);
+  void* mr = nullptr;
+  chorus::Status wrong = p.regMrDmaBuf(recv, mem + at, bytes, NCCL_PTR_HOST, 100, fd, &mr);
+  EXPECT_EQ(wrong.code(), chorus::Code::kInvalidArgument) << wrong.message();
+  EXPECT_NE(wrong.message().find("regMrDmaBuf failed"), std::string::npos) << wrong.message();
+  chorus::Status right = p.regMrDmaBuf(recv, mem + at, bytes, NCCL_PTR_HOST, at, fd, &mr);
+  ASSERT_TRUE(right.isOk()) << right.message();
+
+  std::vector<unsigned char> out(bytes);
+  for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<unsigned char>(255 - i % 251);
+  void* smr = nullptr;
+  ASSERT_TRUE(p.regMr(send, out.data(), out.size(), &smr).isOk());
+  void *sreq = nullptr, *rreq = nullptr;
+  ASSERT_TRUE(p.irecv(recv, mem + at, bytes, 1, mr, &rreq).isOk());
+  ASSERT_TRUE(p.isend(send, out.data(), bytes, 1, smr, &sreq).isOk());
+  bool sdone = false, rdone = false;
+  for (long i = 0; i < 10000000 && !(sdone && rdone); ++i) {
+    if (!sdone) {
+      ASSERT_TRUE(p.test(sreq, &sdone, nullptr).isOk());
+    }
+    if (!rdone) {
+      ASSERT_TRUE(p.test(rreq, &rdone, nullptr).isOk());
+    }
+  }
+  ASSERT_TRUE(sdone && rdone);
+  EXPECT_EQ(memcmp(mem + at, out.data(), bytes), 0);
+  void* data = mem + at;
+  void* freq = &freq;
+  ASSERT_TRUE(p.iflush(recv, 1, &data, &bytes, &mr, &freq).isOk());
+  EXPECT_EQ(freq, nullptr);  // host memory: nothing to flush
+  EXPECT_TRUE(p.deregMr(recv, mr).isOk());
+  EXPECT_TRUE(p.deregMr(send, smr).isOk());
+  EXPECT_TRUE(p.closeSend(send).isOk());
+  EXPECT_TRUE(p.closeRecv(recv).isOk());
+
+  NetPlugin& old = *v8.value();
+  connectPair(old, 0, &send, &recv);
+  chorus::Status none = old.regMrDmaBuf(recv, mem + at, bytes, NCCL_PTR_HOST, at, fd, &mr);
+  EXPECT_EQ(none.code(), chorus::Code::kInvalidUsage);
+  EXPECT_NE(none.message().find("(ncclNet v8) has no regMrDmaBuf"), std::string::npos)
+      << none.message();
+  EXPECT_TRUE(old.closeSend(send).isOk());
+  EXPECT_TRUE(old.closeRecv(recv).isOk());
+  std::filesystem::remove_all(dir);
 }
 
 TEST(NetPluginLoad, ExampleV12) {

@@ -21,197 +21,12 @@
 #include "common/socket.h"
 #include "transport/ib/ib_devices.h"
 #include "transport/ib/ib_logic.h"
+#include "transport/ib/ib_net_internal.h"
 #include "transport/net_plugin/net_abi.h"
 
 namespace chorus {
 
-namespace {
-
-using ib::ConnInfo;
-using ib::FifoEntry;
-using ib::kConnInfoBytes;
-using ib::kMaxQps;
-using ib::kMaxRecvs;
-using ib::kMaxRequests;
-using SteadyClock = std::chrono::steady_clock;
-
-constexpr uint32_t kHandleMagic = 0x49424c48;  // "IBLH"
-
-// Kinds of work request, in the top bits of wr_id; the request's slot below.
-enum : uint64_t { kWrSend = 1, kWrRecv = 2, kWrFifo = 3 };
-uint64_t wrId(uint64_t kind, int slot) {
-  return kind << 32 | static_cast<uint64_t>(slot);
-}
-
-// One HCA, opened once; its protection domain and registrations serve all its ports.
-struct Hca {
-  std::string name;
-  ibv_context* ctx = nullptr;
-  ibv_pd* pd = nullptr;
-  std::mutex mrMutex;
-  ib::MrCache mrs;
-};
-
-// One device of the network: an HCA port.
-struct Port {
-  Hca* hca = nullptr;
-  ib::LocalPort local;
-  uint8_t gid[16] = {};
-  double gbps = 0;
-  std::string label;    // "mlx5_0:1"
-  std::string pciPath;  // the HCA's PCI directory in /sys ("" when /sys does not show it)
-};
-
-struct Comm;
-struct Request {
-  Comm* comm = nullptr;
-  bool used = false;
-  int pending = 0;  // completions still to come
-  int n = 1;        // a receive's buffers
-  size_t sizes[kMaxRecvs] = {};
-};
-// A slot of the FIFO: a receive's entries, one per buffer.
-constexpr size_t kFifoBytes = sizeof(FifoEntry) * kMaxRecvs * kMaxRequests;
-
-struct Comm {
-  bool isSend = false;
-  Port* port = nullptr;
-  Socket sock;
-  ibv_cq* cq = nullptr;
-  ibv_qp* qps[kMaxQps] = {};
-  int nqps = 0;
-  uint32_t psn = 0;
-  FifoEntry* fifo = nullptr;  // send: entries the receiver writes; receive: what it writes from
-  ibv_mr* fifoMr = nullptr;
-  uint64_t remoteFifo = 0;  // receive: the sender's FIFO
-  uint32_t remoteFifoKey = 0;
-  uint64_t seq = 0;  // requests posted
-  // Send: FIFO slots taken whole, and which entries of the next one are written.
-  uint64_t fifoSeq = 0;
-  uint32_t sentMask = 0;
-  Request reqs[kMaxRequests];
-  bool failed = false;
-  std::string error;
-  SteadyClock::time_point lastPeek{};
-};
-
-// The connection's failure, if it failed.
-Status connStatus(const Comm* c) {
-  return c->failed ? remoteError("%s", c->error.c_str()) : Status::ok();
-}
-
-// Connection setup, stepped by repeated connect/accept calls.
-struct Setup {
-  enum Stage { kConnecting, kSendInfo, kRecvInfo, kReady } stage = kConnecting;
-  Comm* comm = nullptr;
-  SteadyClock::time_point started{};
-  uint8_t out[kConnInfoBytes] = {};
-  uint8_t in[kConnInfoBytes] = {};
-  size_t moved = 0;
-};
-
-struct Handle {
-  uint32_t magic;
-  sockaddr_in6 addr;  // or a sockaddr_in
-  uint32_t addrLen;
-  Setup* setup;  // connect's progress
-};
-static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE, "the handle fits NCCL's");
-
-struct ListenComm {
-  int dev = 0;
-  Listener listener;
-  Setup* setup = nullptr;  // the accept in progress
-};
-
-class IbNet final : public NetPlugin {
- public:
-  IbNet(const VerbsApi* v, ib::Options options) : v_(v), options_(options) {}
-  ~IbNet() override {
-    for (auto& h : hcas_) {
-      if (h->pd != nullptr) v_->deallocPd(h->pd);
-      v_->closeDevice(h->ctx);
-    }
-  }
-
-  Status discover();
-
-  const char* name() const override { return "IB"; }
-  int version() const override { return 10; }
-  const std::string& library() const override { return v_->library; }
-  int devices() const override { return static_cast<int>(ports_.size()); }
-
-  Status properties(int dev, Properties* out) override {
-    CHORUS_TRY(checkDev(dev));
-    out->name = ports_[dev]->label;
-    out->speedMbps = static_cast<int>(ports_[dev]->gbps * 1000);
-    out->maxRecvs = kMaxRecvs;
-    out->ptrSupport = NCCL_PTR_HOST;
-    out->maxMessageBytes = size_t(1) << 30;
-    out->pciPath = ports_[dev]->pciPath;
-    return Status::ok();
-  }
-
-  Status listen(int dev, void* handle, void** listenComm) override;
-  Status connect(int dev, void* handle, void** sendComm) override;
-  Status accept(void* listenComm, void** recvComm) override;
-  Status regMr(void* comm, void* data, size_t size, void** mhandle) override;
-  Status deregMr(void* comm, void* mhandle) override;
-  Status isend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
-               void** request) override;
-  Status irecv(void* recvComm, void* data, size_t size, int tag, void* mhandle,
-               void** request) override {
-    return irecvGroup(recvComm, 1, &data, &size, &tag, &mhandle, request);
-  }
-  Status irecvGroup(void* recvComm, int n, void** data, const size_t* sizes, const int* tags,
-                    void** mhandles, void** request) override;
-  Status test(void* request, bool* done, size_t* size) override {
-    return testGroup(request, 1, done, size);
-  }
-  Status testGroup(void* request, int n, bool* done, size_t* sizes) override;
-  Status closeSend(void* c) override {
-    destroy(static_cast<Comm*>(c));
-    return Status::ok();
-  }
-  Status closeRecv(void* c) override {
-    destroy(static_cast<Comm*>(c));
-    return Status::ok();
-  }
-  Status closeListen(void* c) override {
-    auto* l = static_cast<ListenComm*>(c);
-    if (l->setup != nullptr) {
-      destroy(l->setup->comm);
-      delete l->setup;
-    }
-    delete l;
-    return Status::ok();
-  }
-
- private:
-  Status checkDev(int dev) const {
-    if (dev < 0 || dev >= devices())
-      return invalidArgument("IB: device %d does not exist (%d devices)", dev, devices());
-    return Status::ok();
-  }
-  Result<Comm*> createComm(bool isSend, int dev, int nqps);
-  Status toRts(Comm* c, const ConnInfo& remote);
-  void fillInfo(const Comm* c, ConnInfo* info) const;
-  Status stepConnect(int dev, Handle* h, void** sendComm);
-  Status stepAccept(ListenComm* l, void** recvComm);
-  void poll(Comm* c);
-  Status failure(Comm* c, const std::string& why);
-  Status peekPeer(Comm* c);
-  Result<Request*> freeRequest(Comm* c);
-  void destroy(Comm* c);
-
-  const VerbsApi* v_;
-  ib::Options options_;
-  std::vector<std::unique_ptr<Hca>> hcas_;
-  std::vector<std::unique_ptr<Port>> ports_;
-  std::mutex addrMutex_;
-  bool haveAddr_ = false;
-  SocketAddress addr_;  // where listeners bind (the first interface SOCKET_IFNAME allows)
-};
+namespace ibnet {
 
 Status IbNet::discover() {
   Result<std::vector<IbPortChoice>> found = discoverIbPorts(v_);
@@ -324,205 +139,51 @@ Status IbNet::toRts(Comm* c, const ConnInfo& remote) {
   return Status::ok();
 }
 
-Status IbNet::listen(int dev, void* handle, void** listenComm) {
-  CHORUS_TRY(checkDev(dev));
-  {
-    std::lock_guard<std::mutex> lock(addrMutex_);
-    if (!haveAddr_) {
-      Result<std::vector<InterfaceAddress>> ifs = findInterfaces();
-      if (!ifs.isOk()) return ifs.status().withContext("IB: the interface for connection setup");
-      addr_ = SocketAddress(ifs.value().front().addr);
-      haveAddr_ = true;
-    }
-  }
-  Result<Listener> l = Listener::open(addr_);
-  if (!l.isOk()) return l.status().withContext("IB: listening for connection setup");
-  auto* lc = new ListenComm;
-  lc->dev = dev;
-  lc->listener = l.take();
-  Handle h;
-  memset(&h, 0, sizeof h);
-  h.magic = kHandleMagic;
-  const SocketAddress& a = lc->listener.address();
-  h.addrLen = static_cast<uint32_t>(a.length());
-  memcpy(&h.addr, a.sockaddrPtr(), std::min<size_t>(sizeof h.addr, a.length()));
-  memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
-  memcpy(handle, &h, sizeof h);
-  *listenComm = lc;
-  return Status::ok();
-}
-
-// Moves s->out (or into s->in) as far as the socket takes it; true when all kConnInfoBytes
-// (or `bytes`) moved.
-Result<bool> moveSome(Socket& sock, Setup* s, bool send, size_t bytes) {
-  while (s->moved < bytes) {
-    Result<size_t> n = send ? sock.sendSome(s->out + s->moved, bytes - s->moved)
-                            : sock.recvSome(s->in + s->moved, bytes - s->moved);
-    if (!n.isOk()) return n.status();
-    if (n.value() == 0) return false;
-    s->moved += n.value();
-  }
-  s->moved = 0;
-  return true;
-}
-
-Status IbNet::connect(int dev, void* handle, void** sendComm) {
-  *sendComm = nullptr;
-  CHORUS_TRY(checkDev(dev));
-  Handle h;
-  memcpy(&h, handle, sizeof h);
-  if (h.magic != kHandleMagic)
-    return invalidArgument("IB: connect with a handle that is not an IB listener's");
-  Status s = stepConnect(dev, &h, sendComm);
-  if (!s.isOk() && h.setup != nullptr) {
-    destroy(h.setup->comm);
-    delete h.setup;
-    h.setup = nullptr;
-  }
-  memcpy(handle, &h, sizeof h);
-  return s;
-}
-
-// A non-blocking connect of c's setup socket to peer.
-Status startConnect(Comm* c, const SocketAddress& peer) {
-  int fd = socket(peer.family(), SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-  if (fd < 0) return errnoError(errno, "IB: socket for connection setup");
-  c->sock = Socket(fd, peer);
-  if (::connect(fd, peer.sockaddrPtr(), peer.length()) != 0 && errno != EINPROGRESS)
-    return errnoError(errno, "IB: connecting to " + peer.toString());
-  return Status::ok();
-}
-
-// dev is this host's device: the listener's index means nothing here.
-Status IbNet::stepConnect(int dev, Handle* h, void** sendComm) {
-  const SocketAddress peer(reinterpret_cast<const sockaddr*>(&h->addr), h->addrLen);
-  if (h->setup == nullptr) {
-    h->setup = new Setup;
-    h->setup->started = SteadyClock::now();
-    Result<Comm*> c = createComm(true, dev, options_.qpsPerConnection);
-    if (!c.isOk()) return c.status();
-    h->setup->comm = c.value();
-    CHORUS_TRY(startConnect(h->setup->comm, peer));
-  }
-  Setup* s = h->setup;
-  Comm* c = s->comm;
-  if (s->stage == Setup::kConnecting) {
-    pollfd pfd{c->sock.fd(), POLLOUT, 0};
-    if (::poll(&pfd, 1, 0) <= 0) return Status::ok();
-    int err = 0;
-    socklen_t len = sizeof err;
-    getsockopt(c->sock.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
-    // A listener whose backlog overflowed refuses or drops: try again for up to 30 s.
-    const bool retry = err == ECONNREFUSED || err == ETIMEDOUT || err == ECONNRESET;
-    if (retry && SteadyClock::now() - s->started < std::chrono::seconds(30))
-      return startConnect(c, peer);
-    if (err != 0) return errnoError(err, "IB: connecting to " + c->sock.peer().toString());
-    ConnInfo mine;
-    fillInfo(c, &mine);
-    ib::encodeConnInfo(mine, s->out);
-    s->stage = Setup::kSendInfo;
-  }
-  if (s->stage == Setup::kSendInfo) {
-    Result<bool> done = moveSome(c->sock, s, true, kConnInfoBytes);
-    if (!done.isOk()) return done.status().withContext("IB: connection setup");
-    if (!done.value()) return Status::ok();
-    s->stage = Setup::kRecvInfo;
-  }
-  if (s->stage == Setup::kRecvInfo) {
-    Result<bool> done = moveSome(c->sock, s, false, kConnInfoBytes);
-    if (!done.isOk()) return done.status().withContext("IB: connection setup");
-    if (!done.value()) return Status::ok();
-    Result<ConnInfo> remote = ib::decodeConnInfo(s->in);
-    if (!remote.isOk()) return remote.status();
-    if (remote.value().nqps != static_cast<uint32_t>(c->nqps))
-      return remoteError("IB: the receiver made %u queue pairs for %d", remote.value().nqps,
-                         c->nqps);
-    CHORUS_TRY(toRts(c, remote.value()));
-    s->out[0] = 1;
-    s->stage = Setup::kReady;
-  }
-  if (s->stage == Setup::kReady) {
-    Result<bool> done = moveSome(c->sock, s, true, 1);
-    if (!done.isOk()) return done.status().withContext("IB: connection setup");
-    if (!done.value()) return Status::ok();
-    *sendComm = c;
-    delete s;
-    h->setup = nullptr;
-  }
-  return Status::ok();
-}
-
-Status IbNet::accept(void* listenComm, void** recvComm) {
-  *recvComm = nullptr;
-  auto* l = static_cast<ListenComm*>(listenComm);
-  Status s = stepAccept(l, recvComm);
-  if (!s.isOk() && l->setup != nullptr) {
-    destroy(l->setup->comm);
-    delete l->setup;
-    l->setup = nullptr;
-  }
-  return s;
-}
-
-Status IbNet::stepAccept(ListenComm* l, void** recvComm) {
-  if (l->setup == nullptr) {
-    Result<Socket> sock = l->listener.tryAccept();
-    if (!sock.isOk()) return sock.status().withContext("IB: connection setup");
-    if (!sock.value().valid()) return Status::ok();
-    l->setup = new Setup;
-    l->setup->stage = Setup::kRecvInfo;
-    l->setup->comm = new Comm;  // a placeholder holding the socket until the queue pairs exist
-    l->setup->comm->sock = sock.take();
-  }
-  Setup* s = l->setup;
-  if (s->stage == Setup::kRecvInfo) {
-    Result<bool> done = moveSome(s->comm->sock, s, false, kConnInfoBytes);
-    if (!done.isOk()) return done.status().withContext("IB: connection setup");
-    if (!done.value()) return Status::ok();
-    Result<ConnInfo> remote = ib::decodeConnInfo(s->in);
-    if (!remote.isOk()) return remote.status();
-    Socket sock = std::move(s->comm->sock);
-    delete s->comm;
-    s->comm = nullptr;
-    Result<Comm*> c = createComm(false, l->dev, static_cast<int>(remote.value().nqps));
-    if (!c.isOk()) return c.status();
-    s->comm = c.value();
-    s->comm->sock = std::move(sock);
-    CHORUS_TRY(toRts(s->comm, remote.value()));
-    ConnInfo mine;
-    fillInfo(s->comm, &mine);
-    ib::encodeConnInfo(mine, s->out);
-    s->stage = Setup::kSendInfo;
-  }
-  if (s->stage == Setup::kSendInfo) {
-    Result<bool> done = moveSome(s->comm->sock, s, true, kConnInfoBytes);
-    if (!done.isOk()) return done.status().withContext("IB: connection setup");
-    if (!done.value()) return Status::ok();
-    s->stage = Setup::kReady;
-  }
-  if (s->stage == Setup::kReady) {
-    Result<bool> done = moveSome(s->comm->sock, s, false, 1);
-    if (!done.isOk()) return done.status().withContext("IB: connection setup");
-    if (!done.value()) return Status::ok();
-    *recvComm = s->comm;
-    delete s;
-    l->setup = nullptr;
-  }
-  return Status::ok();
-}
-
 Status IbNet::regMr(void* comm, void* data, size_t size, void** mhandle) {
+  return registerPages(comm, data, size, -1, 0, mhandle);
+}
+
+Status IbNet::regMrDmaBuf(void* comm, void* data, size_t size, int, uint64_t offset, int fd,
+                          void** mhandle) {
+  *mhandle = nullptr;
+  if (v_->regDmabufMr == nullptr)
+    return invalidUsage("IB: %s has no ibv_reg_dmabuf_mr (rdma-core 34 or newer has it)",
+                        v_->library.c_str());
+  if (fd < 0) return invalidArgument("IB: a dma-buf registration with fd %d", fd);
+  return registerPages(comm, data, size, fd, offset, mhandle);
+}
+
+// The pages holding data, registered once for every registration that shares them: ordinary
+// memory (fd < 0), or the dma-buf fd whose byte `offset` is data's first (the pages' start is
+// as far before that as data is past its page).
+Status IbNet::registerPages(void* comm, void* data, size_t size, int fd, uint64_t offset,
+                            void** mhandle) {
   Hca* hca = static_cast<Comm*>(comm)->port->hca;
+  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
   std::lock_guard<std::mutex> lock(hca->mrMutex);
   Result<ib::MrCache::Entry*> e =
       hca->mrs.acquire(data, size, [&](void* begin, size_t bytes) -> Result<void*> {
         errno = 0;
-        ibv_mr* mr =
-            v_->regMr(hca->pd, begin, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+        ibv_mr* mr = nullptr;
+        if (fd < 0) {
+          mr = v_->regMr(hca->pd, begin, bytes, access);
+        } else {
+          const uint64_t lead =
+              static_cast<uint64_t>(static_cast<char*>(data) - static_cast<char*>(begin));
+          if (offset < lead)
+            return invalidArgument(
+                "IB: dma-buf offset %llu of %p is less than the %llu bytes before it in its "
+                "page",
+                static_cast<unsigned long long>(offset), data,
+                static_cast<unsigned long long>(lead));
+          mr = v_->regDmabufMr(hca->pd, offset - lead, bytes, reinterpret_cast<uint64_t>(begin), fd,
+                               access);
+        }
         if (mr == nullptr)
           return errnoError(
               errno != 0 ? errno : ENOMEM,
-              formatString("IB: ibv_reg_mr of %zu bytes on %s", bytes, hca->name.c_str()));
+              formatString("IB: %s of %zu bytes on %s", fd < 0 ? "ibv_reg_mr" : "ibv_reg_dmabuf_mr",
+                           bytes, hca->name.c_str()));
         return static_cast<void*>(mr);
       });
   if (!e.isOk()) return e.status();
@@ -773,12 +434,12 @@ void IbNet::destroy(Comm* c) {
   delete c;
 }
 
-}  // namespace
+}  // namespace ibnet
 
 Result<std::unique_ptr<NetPlugin>> makeIbNet(const VerbsApi* verbs) {
   Result<ib::Options> options = ib::optionsFromEnvironment();
   if (!options.isOk()) return options.status();
-  std::unique_ptr<IbNet> net(new IbNet(verbs, options.value()));
+  std::unique_ptr<ibnet::IbNet> net(new ibnet::IbNet(verbs, options.value()));
   CHORUS_TRY(net->discover());
   return std::unique_ptr<NetPlugin>(net.release());
 }

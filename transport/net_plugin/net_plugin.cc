@@ -232,6 +232,14 @@ class PluginOf final : public NetPlugin {
     PLUGIN_CALL("regMr", net_->regMr(comm, data, size, NCCL_PTR_HOST, mhandle));
     return Status::ok();
   }
+  Status regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                     void** mhandle) override {
+    *mhandle = nullptr;
+    if (net_->regMrDmaBuf == nullptr)
+      return invalidUsage("net plugin %s (ncclNet v%d) has no regMrDmaBuf", net_->name, V);
+    PLUGIN_CALL("regMrDmaBuf", net_->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle));
+    return Status::ok();
+  }
   Status deregMr(void* comm, void* mhandle) override {
     PLUGIN_CALL("deregMr", net_->deregMr(comm, mhandle));
     return Status::ok();
@@ -293,6 +301,21 @@ class PluginOf final : public NetPlugin {
     *done = d != 0;
     if (*done && sizes != nullptr)
       for (int i = 0; i < n; ++i) sizes[i] = sizev[i] < 0 ? 0 : static_cast<size_t>(sizev[i]);
+    return Status::ok();
+  }
+  Status iflush(void* recvComm, int n, void** data, const size_t* sizes, void** mhandles,
+                void** request) override {
+    *request = nullptr;
+    if (n < 1 || n > kMaxGroup)
+      return internalError("net plugin %s: a flush of %d buffers", net_->name, n);
+    if (net_->iflush == nullptr) return Status::ok();  // nothing to flush with
+    int sizev[kMaxGroup];
+    for (int i = 0; i < n; ++i) {
+      if (sizes[i] > static_cast<size_t>(INT_MAX))
+        return internalError("net plugin %s: a flush of %zu bytes", net_->name, sizes[i]);
+      sizev[i] = static_cast<int>(sizes[i]);
+    }
+    PLUGIN_CALL("iflush", net_->iflush(recvComm, n, data, sizev, mhandles, request));
     return Status::ok();
   }
   Status closeSend(void* c) override {

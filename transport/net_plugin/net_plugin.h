@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -41,6 +42,15 @@ class NetPlugin {
   virtual Status connect(int dev, void* handle, void** sendComm) = 0;
   virtual Status accept(void* listenComm, void** recvComm) = 0;
   virtual Status regMr(void* comm, void* data, size_t size, void** mhandle) = 0;  // host memory
+  // Memory another device exports as a dma-buf (GPU memory; NCCL_PTR_DMABUF in ptrSupport):
+  // data's size bytes are those at `offset` in the dma-buf `fd`; type is NCCL_PTR_CUDA or
+  // NCCL_PTR_HOST. deregMr releases it. A network without the call refuses it.
+  virtual Status regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                             void** mhandle) {
+    (void)comm, (void)data, (void)size, (void)type, (void)offset, (void)fd;
+    *mhandle = nullptr;
+    return invalidUsage("net %s does not register dma-bufs", name());
+  }
   virtual Status deregMr(void* comm, void* mhandle) = 0;
   // *request null: not posted, try again later.
   virtual Status isend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
@@ -59,6 +69,15 @@ class NetPlugin {
   virtual Status testGroup(void* request, int n, bool* done, size_t* sizes) {
     if (n != 1) return internalError("net %s takes no grouped receives", name());
     return test(request, done, sizes);
+  }
+  // Makes what completed receives wrote into device memory visible to the device before it
+  // reads it (n buffers, as received): *request null when nothing is needed, else a request to
+  // test to completion. Host memory needs none.
+  virtual Status iflush(void* recvComm, int n, void** data, const size_t* sizes, void** mhandles,
+                        void** request) {
+    (void)recvComm, (void)n, (void)data, (void)sizes, (void)mhandles;
+    *request = nullptr;
+    return Status::ok();
   }
   virtual Status closeSend(void* sendComm) = 0;
   virtual Status closeRecv(void* recvComm) = 0;

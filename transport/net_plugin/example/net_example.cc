@@ -12,6 +12,8 @@
 // tag; a grouped receive (maxRecvs 8, or EXAMPLE_NET_MAX_RECVS from 1 to 8) takes its buffers'
 // messages in whatever order they come, each into the buffer of its tag. Each device reports
 // 10 Gbit/s, or EXAMPLE_NET_SPEED_MBPS (a fused device the sum of its members').
+// EXAMPLE_NET_DMABUF=1 reports dma-buf support: its regMrDmaBuf (v9 and newer) maps the
+// dma-buf and checks that it holds the registered bytes, as a NIC would reach them.
 // NET_EXAMPLE_MAX_VERSION (8 to 12) limits the tables it exports.
 #include <arpa/inet.h>
 #include <errno.h>
@@ -22,6 +24,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -46,6 +49,7 @@ constexpr int kMaxRequests = NCCL_NET_MAX_REQUESTS;
 constexpr int kMaxRecvs = 8;
 int gMaxRecvs = kMaxRecvs;
 int gSpeedMbps = 10000;
+int gPtrSupport = NCCL_PTR_HOST;
 
 ncclDebugLogger_t gLog = nullptr;
 sockaddr_in gAddr;  // the device's address (port 0)
@@ -167,6 +171,8 @@ void readDevicesOnce() {
   if (gMaxRecvs < 1 || gMaxRecvs > kMaxRecvs) gMaxRecvs = kMaxRecvs;
   const char* speed = getenv("EXAMPLE_NET_SPEED_MBPS");
   gSpeedMbps = speed != nullptr && atoi(speed) > 0 ? atoi(speed) : 10000;
+  const char* dmabuf = getenv("EXAMPLE_NET_DMABUF");
+  gPtrSupport = NCCL_PTR_HOST | (dmabuf != nullptr && atoi(dmabuf) == 1 ? NCCL_PTR_DMABUF : 0);
 }
 
 bool badDev(int dev) {
@@ -258,7 +264,7 @@ void fillCommon(int dev, Props* p) {
   p->name = gDevName[dev];
   p->pciPath = gPciPath[dev][0] != '\0' ? gPciPath[dev] : nullptr;
   p->guid = 0x4558;
-  p->ptrSupport = NCCL_PTR_HOST;
+  p->ptrSupport = gPtrSupport;
   p->regIsGlobal = 0;
   p->speed = gSpeedMbps * gNMembers[dev];
   p->port = 0;
@@ -357,6 +363,34 @@ ncclResult_t exampleAccept(void* listenComm, void** recvComm) {
 
 ncclResult_t exampleRegMr(void* comm, void*, size_t, int type, void** mhandle) {
   if (comm == nullptr || type != NCCL_PTR_HOST) return ncclInternalError;
+  *mhandle = &gMr;
+  return ncclSuccess;
+}
+
+// Host memory exported as a dma-buf (a memfd stands for one): the bytes at offset in fd must
+// be those at data.
+ncclResult_t exampleRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset,
+                                int fd, void** mhandle) {
+  if (comm == nullptr || type != NCCL_PTR_HOST || (gPtrSupport & NCCL_PTR_DMABUF) == 0 || fd < 0 ||
+      data == nullptr || size == 0)
+    return ncclInternalError;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t start = offset / page * page;
+  const size_t length = static_cast<size_t>(offset - start) + size;
+  void* map = mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(start));
+  if (map == MAP_FAILED) {
+    EXAMPLE_WARN("example net plugin: regMrDmaBuf: mapping fd %d: %s", fd, strerror(errno));
+    return ncclSystemError;
+  }
+  const bool same = memcmp(static_cast<char*>(map) + (offset - start), data, size) == 0;
+  munmap(map, length);
+  if (!same) {
+    EXAMPLE_WARN(
+        "example net plugin: regMrDmaBuf: fd %d at offset %llu does not hold the %zu "
+        "bytes at %p",
+        fd, static_cast<unsigned long long>(offset), size, data);
+    return ncclInvalidArgument;
+  }
   *mhandle = &gMr;
   return ncclSuccess;
 }
@@ -493,8 +527,8 @@ ncclResult_t exampleTest(void* request, int* done, int* sizes) {
 }
 
 ncclResult_t exampleIflush(void*, int, void**, int*, void**, void** request) {
-  *request = nullptr;
-  return ncclInternalError;  // host memory only: nothing to flush
+  *request = nullptr;  // host memory only: nothing to flush
+  return ncclSuccess;
 }
 
 ncclResult_t exampleClose(void* comm) {
@@ -652,50 +686,41 @@ __attribute__((visibility("default"))) ncclNet_v8_t ncclNetPlugin_v8 = {"Example
                                                                         nullptr};
 
 #if NET_EXAMPLE_MAX_VERSION >= 9
-__attribute__((visibility("default"))) ncclNet_v9_t ncclNetPlugin_v9 = {"ExampleSocket",
-                                                                        initV8,
-                                                                        exampleDevices,
-                                                                        propsV9,
-                                                                        exampleListen,
-                                                                        connectV8,
-                                                                        acceptAny,
-                                                                        exampleRegMr,
-                                                                        nullptr,
-                                                                        exampleDeregMr,
-                                                                        isendV9,
-                                                                        irecvV9,
-                                                                        exampleIflush,
-                                                                        exampleTest,
-                                                                        exampleClose,
-                                                                        exampleClose,
-                                                                        exampleCloseListen,
-                                                                        nullptr,
-                                                                        nullptr,
-                                                                        makeVDeviceV9};
+__attribute__((visibility("default")))
+ncclNet_v9_t ncclNetPlugin_v9 = {"ExampleSocket",    initV8,         exampleDevices, propsV9,
+                                 exampleListen,      connectV8,      acceptAny,      exampleRegMr,
+                                 exampleRegMrDmaBuf, exampleDeregMr, isendV9,        irecvV9,
+                                 exampleIflush,      exampleTest,    exampleClose,   exampleClose,
+                                 exampleCloseListen, nullptr,        nullptr,        makeVDeviceV9};
 #endif
 
 #if NET_EXAMPLE_MAX_VERSION >= 10
 __attribute__((visibility("default"))) ncclNet_v10_t ncclNetPlugin_v10 = {
-    "ExampleSocket", initV10,      exampleDevices, propsV9,        exampleListen,      connectV10,
-    acceptAny,       exampleRegMr, nullptr,        exampleDeregMr, isendV10,           irecvV10,
-    exampleIflush,   exampleTest,  exampleClose,   exampleClose,   exampleCloseListen, nullptr,
-    nullptr,         makeVDeviceV9};
+    "ExampleSocket",    initV10,        exampleDevices, propsV9,
+    exampleListen,      connectV10,     acceptAny,      exampleRegMr,
+    exampleRegMrDmaBuf, exampleDeregMr, isendV10,       irecvV10,
+    exampleIflush,      exampleTest,    exampleClose,   exampleClose,
+    exampleCloseListen, nullptr,        nullptr,        makeVDeviceV9};
 #endif
 
 #if NET_EXAMPLE_MAX_VERSION >= 11
 __attribute__((visibility("default"))) ncclNet_v11_t ncclNetPlugin_v11 = {
-    "ExampleSocket", initV11,       exampleDevices, propsV11,       listenV11,          connectV11,
-    acceptAny,       exampleRegMr,  nullptr,        exampleDeregMr, isendV10,           irecvV10,
-    exampleIflush,   exampleTest,   exampleClose,   exampleClose,   exampleCloseListen, nullptr,
-    nullptr,         makeVDeviceV9, finalizeV11,    nullptr};
+    "ExampleSocket",    initV11,        exampleDevices, propsV11,
+    listenV11,          connectV11,     acceptAny,      exampleRegMr,
+    exampleRegMrDmaBuf, exampleDeregMr, isendV10,       irecvV10,
+    exampleIflush,      exampleTest,    exampleClose,   exampleClose,
+    exampleCloseListen, nullptr,        nullptr,        makeVDeviceV9,
+    finalizeV11,        nullptr};
 #endif
 
 #if NET_EXAMPLE_MAX_VERSION >= 12
 __attribute__((visibility("default"))) ncclNet_v12_t ncclNetPlugin_v12 = {
-    "ExampleSocket", initV11,        exampleDevices, propsV12,       listenV11,          connectV11,
-    acceptAny,       exampleRegMr,   nullptr,        exampleDeregMr, isendV10,           irecvV10,
-    exampleIflush,   exampleTest,    exampleClose,   exampleClose,   exampleCloseListen, nullptr,
-    nullptr,         makeVDeviceV12, finalizeV11,    nullptr};
+    "ExampleSocket",    initV11,        exampleDevices, propsV12,
+    listenV11,          connectV11,     acceptAny,      exampleRegMr,
+    exampleRegMrDmaBuf, exampleDeregMr, isendV10,       irecvV10,
+    exampleIflush,      exampleTest,    exampleClose,   exampleClose,
+    exampleCloseListen, nullptr,        nullptr,        makeVDeviceV12,
+    finalizeV11,        nullptr};
 #endif
 
 }  // extern "C"
