@@ -296,8 +296,10 @@ class Communicator:
             if key not in self._ops:
                 scalar = _scalar_bytes(op.scalar, type_code)
                 made = ctypes.c_int()
+                # Copied at creation (ncclScalarHostImmediate): `scalar` is gone once this
+                # returns, so the op must not keep its address (ncclScalarDevice would).
                 check(lib.ncclRedOpCreatePreMulSum(ctypes.byref(made), scalar.ctypes.data,
-                                                   type_code, 0, self._h()), self._h())
+                                                   type_code, 1, self._h()), self._h())
                 self._ops[key] = made.value
             return self._ops[key]
         if isinstance(op, str) and op.lower() in OPS:

@@ -232,6 +232,28 @@ def test_premul_sum(comms):
         np.testing.assert_allclose(out[r], want)
 
 
+def test_premul_scalar_is_copied_at_creation(monkeypatch):
+    """The scalar's array lives only while the op is made: the op must copy the value
+    (ncclScalarHostImmediate), not keep the array's address and read freed memory later."""
+    from chorus import _comm
+    made = []
+    real = _comm.lib.ncclRedOpCreatePreMulSum
+
+    def spy(op, scalar, datatype, residence, comm):
+        made.append(residence)
+        return real(op, scalar, datatype, residence, comm)
+
+    monkeypatch.setattr(_comm.lib, "ncclRedOpCreatePreMulSum", spy)
+    (c,) = chorus.init_all(1)
+    try:
+        for _ in range(3):
+            out = c.all_reduce(np.arange(8, dtype=np.float32), op=chorus.PreMulSum(2.0))
+            np.testing.assert_array_equal(out, 2 * np.arange(8, dtype=np.float32))
+    finally:
+        c.destroy()
+    assert made == [1]  # once per communicator, type and scalar; 1: ncclScalarHostImmediate
+
+
 def test_buffer_protocol_objects_are_taken():
     (c,) = chorus.init_all(1)
     try:
