@@ -176,7 +176,10 @@ TuningInfo hierCrossInfo(const TuningInfo& info, const CostModel& m) {
   cross.directPossible = false;
   cross.hierRanksPerHost = 0;
   // Every rank of a host crosses at once: each gets its share of the host's link.
-  cross.netLinkGBps = netLinkGBps(info, m) / std::max(1, info.hierRanksPerHost);
+  const double host =
+      info.netDevice && info.netHostGBps > 0 ? info.netHostGBps : netLinkGBps(info, m);
+  cross.netLinkGBps = host / std::max(1, info.hierRanksPerHost);
+  cross.netHostGBps = 0;
   return cross;
 }
 

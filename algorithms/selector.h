@@ -29,6 +29,9 @@ struct TuningInfo {
   // core's reduce-copy into registered memory, not the kernel's TCP work, and netLinkGBps (the
   // devices' reported speed) is what caps the channels together.
   bool netDevice = false;
+  // Net devices: each host's devices together, which the ranks of a host share when they all
+  // cross at once (the hierarchical algorithm); netLinkGBps is then one rank's (0: the same).
+  double netHostGBps = 0;
   // Ranks on every host when all hosts have the same number; the hierarchical algorithm
   // applies when this is at least 2 and there are several hosts (0: uneven, or not offered).
   int hierRanksPerHost = 0;

@@ -208,7 +208,7 @@ Status Communicator::init(const UniqueIdInfo& id) {
   describeLocalPlacement(me.address, *topo.value(), &me);
   describeExtraInterfaces(bo.preferredInterfaces, &me);
   if (netPlugin_ != nullptr) snprintf(me.netName, sizeof me.netName, "%s", netPlugin_->name());
-  describeNetDevices(netPlugin_, topo.value(), transportCtx_.gpuBusId, &me);
+  describeNetDevices(netPlugin_, topo.value(), &me);
   CHORUS_TRY(bootstrap_->allGather(peers_.data(), sizeof(PeerInfo)));
   for (int r = 0; r < nranks_; ++r) {
     if (peers_[r].rank != r)
@@ -260,7 +260,12 @@ Status Communicator::init(const UniqueIdInfo& id) {
     int slowest = 0;
     for (const PeerInfo& p : peers_)
       if (p.ifSpeedMbps > 0 && (slowest == 0 || p.ifSpeedMbps < slowest)) slowest = p.ifSpeedMbps;
-    tuning_.netLinkGBps = tuning_.netDevice ? netDeviceLinkGBps(peers_) : slowest / 8000.0;
+    tuning_.netLinkGBps = slowest / 8000.0;
+    if (tuning_.netDevice) {
+      const NetDeviceLinks links = netDeviceLinks(peers_);
+      tuning_.netLinkGBps = links.rankGBps;
+      tuning_.netHostGBps = links.hostGBps;
+    }
   }
   tuning_.directPossible = tuning_.nnodes == 1 && !anyShmDisabled && nranks_ > 1;
   // The hierarchical algorithm wants the same number of ranks (two or more) on every host.
@@ -295,9 +300,12 @@ Status Communicator::init(const UniqueIdInfo& id) {
     std::string net = "none";
     if (tuning_.nnodes > 1 || anyShmDisabled)
       net = formatString("%s, %s", tuning_.netDevice ? peers_[0].netName : "sockets",
-                         tuning_.netLinkGBps > 0
-                             ? formatString("%.3g GB/s per host", tuning_.netLinkGBps).c_str()
-                             : "link speed unknown");
+                         tuning_.netLinkGBps <= 0 ? "link speed unknown"
+                         : tuning_.netDevice
+                             ? formatString("%.3g GB/s per rank, %.3g per host",
+                                            tuning_.netLinkGBps, tuning_.netHostGBps)
+                                   .c_str()
+                             : formatString("%.3g GB/s per host", tuning_.netLinkGBps).c_str());
     LOG_INFO(kSubsysTuning,
              "%d ranks on %d host(s), at most %d per host, %.2f cores per rank; network %s; "
              "channels %d..%d; algorithms %s",

@@ -7,8 +7,7 @@
 
 namespace chorus {
 
-void describeNetDevices(NetPlugin* plugin, const LocalTopology* topo, const std::string& gpuBusId,
-                        PeerInfo* me) {
+void describeNetDevices(NetPlugin* plugin, const LocalTopology* topo, PeerInfo* me) {
   std::memset(me->netDevMbps, 0, sizeof(me->netDevMbps));
   if (plugin == nullptr) return;
   std::vector<int> nodes, speeds;
@@ -20,7 +19,7 @@ void describeNetDevices(NetPlugin* plugin, const LocalTopology* topo, const std:
     buses.push_back(ok ? netDeviceBusId(p.pciPath) : "");
     speeds.push_back(ok ? std::max(0, p.speedMbps) : 0);
   }
-  const NetDeviceChoice choice = chooseNetDevices(nodes, buses, topo, me->numaNode, gpuBusId);
+  const NetDeviceChoice choice = chooseNetDevices(nodes, buses, topo, me->numaNode, "");
   for (int d : choice.devices)
     if (d >= 0 && d < kMaxNetDevices && static_cast<size_t>(d) < speeds.size())
       me->netDevMbps[d] = speeds[static_cast<size_t>(d)];
@@ -36,11 +35,17 @@ bool netPluginBetweenHosts(const std::vector<PeerInfo>& peers) {
   return crossing;
 }
 
-double netDeviceLinkGBps(const std::vector<PeerInfo>& peers) {
+NetDeviceLinks netDeviceLinks(const std::vector<PeerInfo>& peers) {
+  NetDeviceLinks links;
+  double slowestRank = 0, slowestHost = 0;
   std::vector<uint64_t> hosts;
-  for (const PeerInfo& p : peers)
+  for (const PeerInfo& p : peers) {
+    double mbps = 0;
+    for (int d = 0; d < kMaxNetDevices; ++d) mbps += p.netDevMbps[d];
+    if (mbps <= 0) return links;
+    if (slowestRank == 0 || mbps < slowestRank) slowestRank = mbps;
     if (std::find(hosts.begin(), hosts.end(), p.hostId) == hosts.end()) hosts.push_back(p.hostId);
-  double slowest = 0;
+  }
   for (uint64_t h : hosts) {
     double mbps = 0;
     for (int d = 0; d < kMaxNetDevices; ++d) {
@@ -49,10 +54,11 @@ double netDeviceLinkGBps(const std::vector<PeerInfo>& peers) {
         if (p.hostId == h) fastest = std::max(fastest, p.netDevMbps[d]);
       mbps += fastest;
     }
-    if (mbps <= 0) return 0;
-    if (slowest == 0 || mbps < slowest) slowest = mbps;
+    if (slowestHost == 0 || mbps < slowestHost) slowestHost = mbps;
   }
-  return slowest / 8000.0;
+  links.rankGBps = slowestRank / 8000.0;
+  links.hostGBps = slowestHost / 8000.0;
+  return links;
 }
 
 }  // namespace chorus

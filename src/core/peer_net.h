@@ -13,18 +13,24 @@ namespace chorus {
 class NetPlugin;
 
 // Fills me->netDevMbps: the speed each device of `plugin` reports, for the devices this rank's
-// channels take (chooseNetDevices, by me->numaNode, or by the GPU gpuBusId names); zeros
-// without a plugin.
-void describeNetDevices(NetPlugin* plugin, const LocalTopology* topo, const std::string& gpuBusId,
-                        PeerInfo* me);
+// channels take (chooseNetDevices by me->numaNode: the GPU of a device communicator is not
+// known yet when ranks describe themselves); zeros without a plugin.
+void describeNetDevices(NetPlugin* plugin, const LocalTopology* topo, PeerInfo* me);
 
 // Whether a net plugin carries every link between ranks that do not share memory: there is
 // such a pair, and every rank loaded the same plugin.
 bool netPluginBetweenHosts(const std::vector<PeerInfo>& peers);
 
-// The slowest host's link through the plugin, in GB/s: per host, every device one of its ranks
-// uses counted once (at the highest speed its ranks report for it), summed. 0 when a host's
-// devices report no speed (the model's own figures then).
-double netDeviceLinkGBps(const std::vector<PeerInfo>& peers);
+// The links through the plugin, in GB/s: a rank's is what its own devices add up to, and the
+// slowest rank's is what a ring or tree crossing between hosts gets (one rank of a host sends
+// to the next host); a host's counts every device one of its ranks uses once (at the highest
+// speed its ranks report for it), and the slowest host's is what the ranks of a host share
+// when they all cross at once. 0 where a rank's devices report no speed (the model's own
+// figures then).
+struct NetDeviceLinks {
+  double rankGBps = 0;
+  double hostGBps = 0;
+};
+NetDeviceLinks netDeviceLinks(const std::vector<PeerInfo>& peers);
 
 }  // namespace chorus

@@ -3,7 +3,9 @@
 # exactly), and one rank dies (SIGKILL) at a random call and a random moment in it; every rank
 # in turn, KILLS rounds, over
 # shared memory (4 ranks on this host) and over TCP (2 network namespaces of 2 ranks each; left
-# out without root or namespaces). Then each transport once with a stopped rank (SIGSTOP).
+# out without root or namespaces), and, where FAULT_NET_PLUGIN names an NCCL net plugin, over
+# that plugin between the same namespaces. Then each transport once with a stopped rank
+# (SIGSTOP).
 # Checked for each survivor (fault_rank.cc): its call fails instead of hanging, within 10 s of
 # the death (a stopped rank: within the timeout plus 10 s) with an error naming the rank, after
 # no wrong result; it holds no more file descriptors or threads after destroying its
@@ -32,7 +34,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-unset CHORUS_COMM_ID NCCL_COMM_ID CHORUS_SHM_DISABLE CHORUS_DUMP CHORUS_HOSTID
+unset CHORUS_COMM_ID NCCL_COMM_ID CHORUS_SHM_DISABLE CHORUS_DUMP CHORUS_HOSTID NCCL_NET_PLUGIN
 
 # Two hosts for TCP: network namespaces joined by a bridge in a third.
 netns_ok=0
@@ -65,12 +67,13 @@ run() {
   shm_before=$(ls /dev/shm | grep -c '^chorus-')
   local pids=() r seed=$RANDOM
   for ((r = 0; r < NRANKS; r++)); do
-    local prefix=() addr=127.0.0.1
-    if [ "$transport" = tcp ]; then
+    local prefix=() addr=127.0.0.1 plugin=()
+    if [ "$transport" != shm ]; then
       prefix=(ip netns exec "$TAG-h$((r / 2))")
       addr=$SUBNET.1
     fi
-    "${prefix[@]}" env CHORUS_RANK=$r CHORUS_NRANKS=$NRANKS CHORUS_COMM_ID=$addr:$port \
+    [ "$transport" = plugin ] && plugin=(NCCL_NET_PLUGIN="$FAULT_NET_PLUGIN")
+    "${prefix[@]}" env "${plugin[@]}" CHORUS_RANK=$r CHORUS_NRANKS=$NRANKS CHORUS_COMM_ID=$addr:$port \
       CHORUS_TIMEOUT=$timeout_s CHORUS_INIT_TIMEOUT=30 FAULT_SEED=$seed FAULT_CALLS=$calls \
       FAULT_VICTIM=$victim FAULT_AT=$at FAULT_DELAY_US=$delay FAULT_MODE=$mode FAULT_OUT=$out \
       timeout -s KILL 60 "$rank_exe" > "$out/log$r" 2>&1 &
@@ -107,6 +110,7 @@ run() {
 
 transports=(shm)
 [ $netns_ok -eq 1 ] && transports+=(tcp) || echo "tcp: left out (needs root and network namespaces)"
+[ $netns_ok -eq 1 ] && [ -n "${FAULT_NET_PLUGIN:-}" ] && transports+=(plugin)
 for transport in "${transports[@]}"; do
   for ((k = 0; k < kills; k++)); do
     for ((v = 0; v < NRANKS; v++)); do

@@ -6,10 +6,11 @@
 // a GID with a GRH on RoCE), memory keys, bounds and access rights, receive queue and send queue
 // limits; a violation is an error completion, as on hardware. Devices: FAKE_IBV_DEVICES, a
 // comma-separated list of name:ib or name:roce, with :down for a port that is not active
-// (default "mlx5_0:ib,mlx5_1:roce").
+// (default "mlx5_0:ib,mlx5_1:roce"). FAKE_IBV_NO_DMABUF=1: dma-bufs are not supported.
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -413,12 +414,19 @@ ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
 // as a GPU's exported memory is at its address: registered at iova, as ibv_reg_mr would.
 ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd,
                           int access) {
+  const char* none = getenv("FAKE_IBV_NO_DMABUF");
+  if (none != nullptr && atoi(none) == 1) {  // a kernel driver without dma-buf support
+    errno = EOPNOTSUPP;
+    return nullptr;
+  }
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const uint64_t start = offset / page * page;
   const size_t span = static_cast<size_t>(offset - start) + length;
-  void* map = fd < 0 || length == 0
-                  ? MAP_FAILED
-                  : mmap(nullptr, span, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(start));
+  struct stat st;
+  const bool inside = fd >= 0 && length > 0 && fstat(fd, &st) == 0 &&
+                      offset + length <= static_cast<uint64_t>(st.st_size);
+  void* map = !inside ? MAP_FAILED
+                      : mmap(nullptr, span, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(start));
   if (map == MAP_FAILED) {
     errno = EINVAL;
     return nullptr;

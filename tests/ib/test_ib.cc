@@ -28,27 +28,6 @@ namespace {
 using chorus::NetPlugin;
 using namespace chorus::ib;
 
-// Sets a variable for the life of the object.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
-
 // The stand-in verbs, loaded once.
 const chorus::VerbsApi* fakeVerbs() {
   static std::unique_ptr<const chorus::VerbsApi> verbs;
@@ -242,6 +221,20 @@ TEST(IbLogic, RegistrationCacheSharesPagesAndCountsReferences) {
   EXPECT_EQ(deregistered, 1);
   EXPECT_FALSE(cache.release(b.value(), dereg).isOk());  // no longer registered
   EXPECT_TRUE(cache.release(c.value(), dereg).isOk());
+  EXPECT_EQ(cache.entries(), 0u);
+  // An entry of its own (a dma-buf's) is neither taken by nor takes other registrations.
+  auto own = cache.acquire(buf + 100, 100, reg, false);
+  ASSERT_TRUE(own.isOk());
+  auto within = cache.acquire(buf + 200, 10, reg);
+  ASSERT_TRUE(within.isOk());
+  EXPECT_NE(within.value(), own.value());
+  auto ownAgain = cache.acquire(buf + 200, 10, reg, false);
+  ASSERT_TRUE(ownAgain.isOk());
+  EXPECT_NE(ownAgain.value(), within.value());
+  EXPECT_NE(ownAgain.value(), own.value());
+  EXPECT_EQ(registered, 5);
+  for (auto* e : {own.value(), within.value(), ownAgain.value()})
+    EXPECT_TRUE(cache.release(e, dereg).isOk());
   EXPECT_EQ(cache.entries(), 0u);
   auto failing = cache.acquire(buf, 10, [](void*, size_t) -> chorus::Result<void*> {
     return chorus::systemError("no memory to pin");
@@ -551,11 +544,55 @@ TEST(IbNet, DmaBufMemoryTakesMessages) {
   EXPECT_EQ(got, bytes);
   EXPECT_EQ(memcmp(buf.mem + at, out.data(), bytes), 0);
   EXPECT_EQ(buf.mem[at + bytes], static_cast<unsigned char>((at + bytes) % 253));
+  // A second registration of the same pages is a registration of its own (the addresses may
+  // map other memory by then); past the end of the dma-buf is an error.
+  void* again = nullptr;
+  ASSERT_TRUE(p.regMrDmaBuf(recv, buf.mem + at, bytes, NCCL_PTR_CUDA, at, buf.fd, &again).isOk());
+  EXPECT_NE(again, mr);
+  EXPECT_EQ(fakeStats().dmabufMrs, before.dmabufMrs + 2);
+  void* past = nullptr;
+  EXPECT_FALSE(
+      p.regMrDmaBuf(recv, buf.mem + at, bytes, NCCL_PTR_CUDA, buf.bytes, buf.fd, &past).isOk());
+  // Host memory needs no flush; what the HCA wrote into dma-buf memory would, and this network
+  // refuses instead of letting the device read it unflushed.
+  void* data[2] = {out.data(), buf.mem + at};
+  const size_t sizes[2] = {bytes, bytes};
+  void* handles[2] = {smr, mr};
+  void* flush = &flush;
+  EXPECT_TRUE(p.iflush(recv, 1, data, sizes, handles, &flush).isOk());
+  EXPECT_EQ(flush, nullptr);
+  chorus::Status gpu = p.iflush(recv, 2, data, sizes, handles, &flush);
+  EXPECT_EQ(gpu.code(), chorus::Code::kInvalidUsage) << gpu.message();
+  EXPECT_EQ(flush, nullptr);
+  EXPECT_TRUE(p.deregMr(recv, again).isOk());
   EXPECT_TRUE(p.deregMr(recv, mr).isOk());
   EXPECT_TRUE(p.deregMr(send, smr).isOk());
   EXPECT_TRUE(p.closeSend(send).isOk());
   EXPECT_TRUE(p.closeRecv(recv).isOk());
   EXPECT_EQ(fakeStats().mrsLive, before.mrsLive);
+}
+
+// A kernel driver that does not take dma-bufs (the registration probe at discovery says so):
+// the devices say host memory only and a dma-buf registration is refused naming the HCA.
+TEST(IbNet, DmaBufsWhereTheDriverRefusesThem) {
+  ScopedEnv none("FAKE_IBV_NO_DMABUF", "1");
+  auto made = chorus::makeIbNet(fakeVerbs());
+  ASSERT_TRUE(made.isOk()) << made.status().message();
+  NetPlugin& p = *made.value();
+  NetPlugin::Properties props;
+  ASSERT_TRUE(p.properties(0, &props).isOk());
+  EXPECT_EQ(props.ptrSupport, NCCL_PTR_HOST);
+  DmaBufStandIn buf(1);
+  ASSERT_NE(buf.mem, nullptr);
+  void *send = nullptr, *recv = nullptr;
+  connectPair(p, 0, &send, &recv);
+  void* mr = nullptr;
+  chorus::Status s = p.regMrDmaBuf(recv, buf.mem, 64, NCCL_PTR_CUDA, 0, buf.fd, &mr);
+  EXPECT_EQ(s.code(), chorus::Code::kInvalidUsage);
+  EXPECT_NE(s.message().find("mlx5_0 does not register dma-bufs"), std::string::npos)
+      << s.message();
+  EXPECT_TRUE(p.closeSend(send).isOk());
+  EXPECT_TRUE(p.closeRecv(recv).isOk());
 }
 
 // Up to 32 requests of each direction are in flight; the next waits for a slot; many

@@ -418,7 +418,7 @@ check_cores() {
 }
 
 # check_network NAME ERR WANT: the network the cost model counts on, as rank 0 logs it
-# ("ExampleSocket, 0.5 GB/s per host"; a trailing * matches any rest).
+# ("ExampleSocket, 0.5 GB/s per rank, 0.5 per host"; a trailing * matches any rest).
 check_network() {
   local name=$1 err=$2 want=$3 seen
   seen=$(grep -oE 'per rank; network [^;]*;' "$err" | head -n 1 | sed 's/^per rank; network //; s/;$//')
@@ -539,7 +539,7 @@ for hosts in "${HOST_COUNTS[@]}"; do
       if DEBUG_SUBSYS=INIT,NET,TUNING run_case "$name" "$hosts" contiguous "$tool" \
         NCCL_NET_PLUGIN="$lib" EXAMPLE_NET_SPEED_MBPS=4000; then
         check_plugin "$name" "$WORK_DIR/$name" "$hosts" "$v"
-        check_network "$name" "$WORK_DIR/$name/0.err" "ExampleSocket, 0.5 GB/s per host"
+        check_network "$name" "$WORK_DIR/$name/0.err" "ExampleSocket, 0.5 GB/s per rank, 0.5 per host"
       fi
     done
   done

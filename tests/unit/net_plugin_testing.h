@@ -15,6 +15,27 @@
 #include "transport/net_plugin/net_abi.h"
 #include "transport/net_plugin/net_plugin.h"
 
+// Sets a variable for the life of the object.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
 // Host memory as a GPU exports it, a dma-buf: `pages` pages of a memfd mapped shared, byte i
 // holding i % 253 (so that the bytes at two offsets differ); unmapped and closed at the end.
 struct DmaBufStandIn {

@@ -397,10 +397,10 @@ TEST(NetPluginLoad, DmaBufRegistrationAndFlush) {
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string c12 = freshCopy("NET_EXAMPLE_V12", dir), c8 = freshCopy("NET_EXAMPLE_V8", dir);
   ASSERT_FALSE(c12.empty() || c8.empty());
-  setenv("EXAMPLE_NET_DMABUF", "1", 1);
+  auto dmabuf = std::make_unique<ScopedEnv>("EXAMPLE_NET_DMABUF", "1");
   auto v12 = chorus::loadNetPlugin(c12);
   auto v8 = chorus::loadNetPlugin(c8);
-  unsetenv("EXAMPLE_NET_DMABUF");
+  dmabuf.reset();
   ASSERT_TRUE(v12.isOk() && v8.isOk());
   NetPlugin& p = *v12.value();
   expectDmaBufSupport(p);

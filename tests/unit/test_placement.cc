@@ -101,29 +101,39 @@ PeerInfo peer(uint64_t host, const char* net, std::vector<int> mbps = {}) {
 // Devices of unknown NUMA node are all a rank's; one whose properties fail counts no speed.
 TEST(Placement, RanksPublishTheSpeedOfTheirNetDevices) {
   PeerInfo me = peer(1, "SpeedsOnly", {7, 7, 7});
-  describeNetDevices(nullptr, nullptr, "", &me);
+  describeNetDevices(nullptr, nullptr, &me);
   for (int d = 0; d < kMaxNetDevices; ++d) EXPECT_EQ(me.netDevMbps[d], 0) << d;
   SpeedsOnly plugin({100000, -1, 25000});
-  describeNetDevices(&plugin, nullptr, "", &me);
+  describeNetDevices(&plugin, nullptr, &me);
   EXPECT_EQ(me.netDevMbps[0], 100000);
   EXPECT_EQ(me.netDevMbps[1], 0);
   EXPECT_EQ(me.netDevMbps[2], 25000);
   EXPECT_EQ(me.netDevMbps[3], 0);
 }
 
-// A host's link is each device its ranks use counted once; the slowest host's is the figure.
-TEST(Placement, NetDeviceLinkIsTheSlowestHostsDevicesAddedUp) {
-  // Host 1: two ranks on devices 0 and 1 (200 Gbit/s); host 2: two ranks sharing device 0,
-  // which one of them reports faster (100 Gbit/s counted once, at the higher figure).
+// A rank's link is its own devices added up, a host's each device its ranks use counted once;
+// the slowest rank's and the slowest host's are the figures.
+TEST(Placement, NetDeviceLinksOfTheSlowestRankAndHost) {
+  // Host 1: two ranks on devices 0 and 1 (100 Gbit/s each, 200 together); host 2: two ranks
+  // sharing device 0, which one of them reports faster (100 Gbit/s counted once, at the higher
+  // figure).
   std::vector<PeerInfo> peers = {peer(1, "X", {100000}), peer(1, "X", {0, 100000}),
                                  peer(2, "X", {100000}), peer(2, "X", {90000})};
   EXPECT_TRUE(netPluginBetweenHosts(peers));
-  EXPECT_DOUBLE_EQ(netDeviceLinkGBps(peers), 100000 / 8000.0);
-  peers[2].netDevMbps[3] = 200000;  // host 2 now has 300 Gbit/s: host 1's 200 are the slowest
-  EXPECT_DOUBLE_EQ(netDeviceLinkGBps(peers), 200000 / 8000.0);
-  // A host whose devices report no speed: unknown.
+  NetDeviceLinks links = netDeviceLinks(peers);
+  EXPECT_DOUBLE_EQ(links.rankGBps, 90000 / 8000.0);
+  EXPECT_DOUBLE_EQ(links.hostGBps, 100000 / 8000.0);
+  // Host 2's second rank also takes device 3: 290 Gbit/s on its own, host 2 300 together;
+  // the slowest rank now has 100, the slowest host (1) 200.
+  peers[3].netDevMbps[3] = 200000;
+  links = netDeviceLinks(peers);
+  EXPECT_DOUBLE_EQ(links.rankGBps, 100000 / 8000.0);
+  EXPECT_DOUBLE_EQ(links.hostGBps, 200000 / 8000.0);
+  // A rank whose devices report no speed: unknown.
   peers.push_back(peer(3, "X"));
-  EXPECT_DOUBLE_EQ(netDeviceLinkGBps(peers), 0);
+  links = netDeviceLinks(peers);
+  EXPECT_DOUBLE_EQ(links.rankGBps, 0);
+  EXPECT_DOUBLE_EQ(links.hostGBps, 0);
 }
 
 // The plugin carries the network only when every rank loaded the same one and some ranks do

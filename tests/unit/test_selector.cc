@@ -166,6 +166,11 @@ TEST(Selector, HierarchicalIsPricedByItsPhases) {
   EXPECT_DOUBLE_EQ(cross.netLinkGBps, costModel().netMaxGBps / 8);
   info.netLinkGBps = 12.5;
   EXPECT_DOUBLE_EQ(hierCrossInfo(info).netLinkGBps, 12.5 / 8);
+  // Net devices: the host's devices together are what its ranks share (a NIC per rank here).
+  TuningInfo nics = info;
+  nics.netDevice = true;
+  nics.netHostGBps = 8 * 12.5;
+  EXPECT_DOUBLE_EQ(hierCrossInfo(nics).netLinkGBps, 12.5);
   for (size_t bytes : {size_t{8}, size_t{1} << 16, size_t{64} << 20}) {
     const double s = static_cast<double>(bytes);
     auto us = [](const TuningInfo& i, Collective c, double b) {

@@ -162,19 +162,20 @@ Chunk chunkOfQp(size_t total, int nqps, int qp) {
   return c;
 }
 
-Result<MrCache::Entry*> MrCache::acquire(const void* data, size_t bytes, const Register& reg) {
+Result<MrCache::Entry*> MrCache::acquire(const void* data, size_t bytes, const Register& reg,
+                                         bool shared) {
   const uintptr_t addr = reinterpret_cast<uintptr_t>(data);
   const uintptr_t begin = addr / page_ * page_;
   const uintptr_t end = (addr + std::max<size_t>(bytes, 1) + page_ - 1) / page_ * page_;
   for (Entry& e : entries_) {
-    if (e.begin <= begin && end <= e.end) {
+    if (shared && e.shared && e.begin <= begin && end <= e.end) {
       ++e.refs;
       return &e;
     }
   }
   Result<void*> mr = reg(reinterpret_cast<void*>(begin), end - begin);
   if (!mr.isOk()) return mr.status();
-  entries_.push_back(Entry{begin, end, mr.value(), 1});
+  entries_.push_back(Entry{begin, end, mr.value(), 1, shared});
   return &entries_.back();
 }
 

@@ -112,11 +112,16 @@ class MrCache {
     uintptr_t end = 0;
     void* mr = nullptr;
     int refs = 0;
+    bool shared = true;  // later registrations of its pages may take it
   };
   using Register = std::function<Result<void*>(void* begin, size_t bytes)>;
   using Deregister = std::function<Status(void* mr)>;
   explicit MrCache(size_t pageBytes = 4096) : page_(pageBytes) {}
-  Result<Entry*> acquire(const void* data, size_t bytes, const Register& reg);
+  // The registration of the pages holding data: an entry that covers them, else a new one made
+  // with reg. shared = false makes an entry of its own that no later call takes (memory whose
+  // pages another device exports, which the same addresses may not hold next time).
+  Result<Entry*> acquire(const void* data, size_t bytes, const Register& reg, bool shared = true);
+  size_t pageBytes() const { return page_; }
   Status release(Entry* entry, const Deregister& dereg);
   size_t entries() const { return entries_.size(); }
 

@@ -42,6 +42,14 @@ Status IbNet::discover() {
       hca->ctx = f.ctx;
       hca->pd = v_->allocPd(hca->ctx);
       if (hca->pd == nullptr) return errnoError(errno, "IB: ibv_alloc_pd on " + f.device);
+      // Whether the kernel and driver take dma-bufs: a registration of no fd fails for want of
+      // one (EBADF, EINVAL) where they do, and as unsupported where they do not.
+      if (v_->regDmabufMr != nullptr) {
+        errno = 0;
+        ibv_mr* probe = v_->regDmabufMr(hca->pd, 0, 0, 0, -1, 0);
+        if (probe != nullptr) v_->deregMr(probe);
+        hca->dmabuf = probe != nullptr || (errno != EOPNOTSUPP && errno != EPROTONOSUPPORT);
+      }
     }
     auto p = std::make_unique<Port>();
     p->hca = hca;
@@ -146,23 +154,29 @@ Status IbNet::regMr(void* comm, void* data, size_t size, void** mhandle) {
 Status IbNet::regMrDmaBuf(void* comm, void* data, size_t size, int, uint64_t offset, int fd,
                           void** mhandle) {
   *mhandle = nullptr;
+  const Hca* hca = static_cast<Comm*>(comm)->port->hca;
   if (v_->regDmabufMr == nullptr)
     return invalidUsage("IB: %s has no ibv_reg_dmabuf_mr (rdma-core 34 or newer has it)",
                         v_->library.c_str());
+  if (!hca->dmabuf)
+    return invalidUsage("IB: %s does not register dma-bufs (its kernel driver refused)",
+                        hca->name.c_str());
   if (fd < 0) return invalidArgument("IB: a dma-buf registration with fd %d", fd);
   return registerPages(comm, data, size, fd, offset, mhandle);
 }
 
-// The pages holding data, registered once for every registration that shares them: ordinary
-// memory (fd < 0), or the dma-buf fd whose byte `offset` is data's first (the pages' start is
-// as far before that as data is past its page).
+// The pages holding data: ordinary memory (fd < 0), registered once for every registration
+// that shares them, or the dma-buf fd whose byte `offset` is data's first (the pages' start is
+// as far before that as data is past its page), registered each time (the same addresses may
+// map other memory next time).
 Status IbNet::registerPages(void* comm, void* data, size_t size, int fd, uint64_t offset,
                             void** mhandle) {
   Hca* hca = static_cast<Comm*>(comm)->port->hca;
   const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
   std::lock_guard<std::mutex> lock(hca->mrMutex);
-  Result<ib::MrCache::Entry*> e =
-      hca->mrs.acquire(data, size, [&](void* begin, size_t bytes) -> Result<void*> {
+  Result<ib::MrCache::Entry*> e = hca->mrs.acquire(
+      data, size,
+      [&](void* begin, size_t bytes) -> Result<void*> {
         errno = 0;
         ibv_mr* mr = nullptr;
         if (fd < 0) {
@@ -185,9 +199,23 @@ Status IbNet::registerPages(void* comm, void* data, size_t size, int fd, uint64_
               formatString("IB: %s of %zu bytes on %s", fd < 0 ? "ibv_reg_mr" : "ibv_reg_dmabuf_mr",
                            bytes, hca->name.c_str()));
         return static_cast<void*>(mr);
-      });
+      },
+      fd < 0);
   if (!e.isOk()) return e.status();
   *mhandle = e.value();
+  return Status::ok();
+}
+
+// Host memory needs no flush. GPU memory written by the HCA would need one (a read through the
+// HCA before the GPU reads it), which this network does not do: it refuses rather than let a
+// caller read GPU memory that may not hold the data yet.
+Status IbNet::iflush(void*, int n, void**, const size_t*, void** mhandles, void** request) {
+  *request = nullptr;
+  for (int i = 0; i < n; ++i)
+    if (!static_cast<const ib::MrCache::Entry*>(mhandles[i])->shared)
+      return invalidUsage(
+          "IB: flushing what the HCA wrote into dma-buf (GPU) memory is not implemented; device "
+          "buffers cross hosts through host memory");
   return Status::ok();
 }
 

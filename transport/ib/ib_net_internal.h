@@ -44,6 +44,7 @@ struct Hca {
   ibv_pd* pd = nullptr;
   std::mutex mrMutex;
   ib::MrCache mrs;
+  bool dmabuf = false;  // the kernel and driver register dma-bufs (probed at discovery)
 };
 
 // One device of the network: an HCA port.
@@ -140,8 +141,8 @@ class IbNet final : public NetPlugin {
     out->name = ports_[dev]->label;
     out->speedMbps = static_cast<int>(ports_[dev]->gbps * 1000);
     out->maxRecvs = kMaxRecvs;
-    // dma-bufs (GPU memory) where the verbs library registers them.
-    out->ptrSupport = NCCL_PTR_HOST | (v_->regDmabufMr != nullptr ? NCCL_PTR_DMABUF : 0);
+    // dma-bufs (GPU memory) where the HCA registers them.
+    out->ptrSupport = NCCL_PTR_HOST | (ports_[dev]->hca->dmabuf ? NCCL_PTR_DMABUF : 0);
     out->maxMessageBytes = size_t(1) << 30;
     out->pciPath = ports_[dev]->pciPath;
     return Status::ok();
@@ -154,6 +155,8 @@ class IbNet final : public NetPlugin {
   Status regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
                      void** mhandle) override;
   Status deregMr(void* comm, void* mhandle) override;
+  Status iflush(void* recvComm, int n, void** data, const size_t* sizes, void** mhandles,
+                void** request) override;
   Status isend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
                void** request) override;
   Status irecv(void* recvComm, void* data, size_t size, int tag, void* mhandle,

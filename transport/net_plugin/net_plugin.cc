@@ -308,7 +308,8 @@ class PluginOf final : public NetPlugin {
     *request = nullptr;
     if (n < 1 || n > kMaxGroup)
       return internalError("net plugin %s: a flush of %d buffers", net_->name, n);
-    if (net_->iflush == nullptr) return Status::ok();  // nothing to flush with
+    if (net_->iflush == nullptr)
+      return invalidUsage("net plugin %s (ncclNet v%d) has no iflush", net_->name, V);
     int sizev[kMaxGroup];
     for (int i = 0; i < n; ++i) {
       if (sizes[i] > static_cast<size_t>(INT_MAX))
@@ -480,7 +481,10 @@ NetDeviceChoice chooseNetDevices(const std::vector<int>& deviceNodes,
   if (placed && topo != nullptr && !gpuBusId.empty())
     c.devices = gpuNearNetDevices(*topo, gpuBusId, deviceBusIds, &c.gpuDistance);
   c.nearGpu = !c.devices.empty();
-  if (!c.nearGpu) c.devices = nearNetDevices(deviceNodes, placed ? node : -1);
+  if (!c.nearGpu) {
+    c.node = placed ? node : -1;
+    c.devices = nearNetDevices(deviceNodes, c.node);
+  }
   if (c.devices.empty()) c.devices.push_back(0);
   return c;
 }

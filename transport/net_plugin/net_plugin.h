@@ -139,6 +139,7 @@ struct NetDeviceChoice {
   std::vector<int> devices;
   bool nearGpu = false;  // chosen by the GPU's PCIe switch
   PciDistance gpuDistance = PciDistance::kUnknown;
+  int node = -1;  // else the NUMA node the choice went by (-1: none, all devices)
 };
 NetDeviceChoice chooseNetDevices(const std::vector<int>& deviceNodes,
                                  const std::vector<std::string>& deviceBusIds,

@@ -185,9 +185,10 @@ class NetTransport final : public Transport, public ProxyLink {
     std::string chosen;
     for (int d : devices_) chosen += formatString("%s%d", chosen.empty() ? "" : ",", d);
     const std::string why =
-        choice.nearGpu ? formatString("this rank's GPU %s is %s to them", ctx_.gpuBusId.c_str(),
-                                      pciDistanceName(choice.gpuDistance))
-                       : formatString("this rank is on NUMA node %d", node);
+        choice.nearGpu    ? formatString("this rank's GPU %s is %s to them", ctx_.gpuBusId.c_str(),
+                                         pciDistanceName(choice.gpuDistance))
+        : choice.node < 0 ? std::string("placement by NUMA node is off")
+                          : formatString("this rank is on NUMA node %d", node);
     LOG_INFO(kSubsysNet, "rank %d: net plugin %s devices %s; %s: its channels use device%s %s",
              ctx_.rank, plugin_->name(), where.c_str(), why.c_str(),
              devices_.size() == 1 ? "" : "s", chosen.c_str());

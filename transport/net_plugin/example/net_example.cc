@@ -25,6 +25,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -369,14 +370,20 @@ ncclResult_t exampleRegMr(void* comm, void*, size_t, int type, void** mhandle) {
 
 // Host memory exported as a dma-buf (a memfd stands for one): the bytes at offset in fd must
 // be those at data.
-ncclResult_t exampleRegMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset,
-                                int fd, void** mhandle) {
+[[maybe_unused]] ncclResult_t exampleRegMrDmaBuf(void* comm, void* data, size_t size, int type,
+                                                 uint64_t offset, int fd, void** mhandle) {
   if (comm == nullptr || type != NCCL_PTR_HOST || (gPtrSupport & NCCL_PTR_DMABUF) == 0 || fd < 0 ||
       data == nullptr || size == 0)
     return ncclInternalError;
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const uint64_t start = offset / page * page;
   const size_t length = static_cast<size_t>(offset - start) + size;
+  struct stat st;
+  if (fstat(fd, &st) != 0 || offset + size > static_cast<uint64_t>(st.st_size)) {
+    EXAMPLE_WARN("example net plugin: regMrDmaBuf: fd %d does not hold %zu bytes at offset %llu",
+                 fd, size, static_cast<unsigned long long>(offset));
+    return ncclInvalidArgument;
+  }
   void* map = mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(start));
   if (map == MAP_FAILED) {
     EXAMPLE_WARN("example net plugin: regMrDmaBuf: mapping fd %d: %s", fd, strerror(errno));
