@@ -10,6 +10,23 @@ namespace chorus {
 namespace dev {
 namespace cuda_comm {
 
+namespace {
+// A proxied Simple FIFO's slots (mapped host memory), which a network may send from and
+// receive into in place (DeviceProxy's place); LL lines are not offered.
+struct Placement {
+  SlotMemory mem;
+  const SlotMemory* get() const { return mem.data != nullptr ? &mem : nullptr; }
+};
+Placement placementOf(const Fifo& f, int proto) {
+  Placement p;
+  if (proto != static_cast<int>(Proto::kSimple)) return p;
+  p.mem.data = f.slots;
+  p.mem.nslots = f.nslots;
+  p.mem.slotBytes = f.slotBytes;
+  return p;
+}
+}  // namespace
+
 Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
                                     const std::vector<DeviceEndpoint>& ends,
                                     const RegionLayout& p2pLayout, int treeChannels, int rdChannels,
@@ -146,11 +163,12 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
         if (!local->ok() || !in.valid() || !out.valid()) continue;
         const std::string what = formatString("device link %d between ranks %d and %d, %s", part,
                                               rank_, p, protoName(static_cast<Proto>(q)));
-        local->note(proxy_->addSend(out.proxyFifo(layout, part, q),
-                                    links.send[static_cast<size_t>(p)], "send " + what)) &&
-            local->note(proxy_->addRecv(links.recv[static_cast<size_t>(p)],
-                                        in.proxyFifo(layout, part, q), static_cast<Proto>(q),
-                                        "receive " + what));
+        const Fifo outFifo = out.proxyFifo(layout, part, q), inFifo = in.proxyFifo(layout, part, q);
+        local->note(proxy_->addSend(outFifo, links.send[static_cast<size_t>(p)], "send " + what,
+                                    placementOf(outFifo, q).get())) &&
+            local->note(proxy_->addRecv(links.recv[static_cast<size_t>(p)], inFifo,
+                                        static_cast<Proto>(q), "receive " + what,
+                                        placementOf(inFifo, q).get()));
       }
     }
   }
@@ -214,16 +232,21 @@ Status CudaDeviceComm::connectRingViaHost(const DeviceCommSetup& s, int prev, in
       CHORUS_TRY(s.connectHost(hostRingChannel(c, p), from, to, &links));
       if (!local->ok()) continue;
       const char* proto = protoName(static_cast<Proto>(p));
-      if (sendVia && sendViaHost_.valid() &&
-          !local->note(proxy_->addSend(
-              sendViaHost_.proxyFifo(layout, c, p), links.send[static_cast<size_t>(next)],
-              formatString("ring channel %d from rank %d to rank %d, %s", c, rank_, next, proto))))
-        continue;
-      if (recvVia && recvViaHost_.valid())
+      if (sendVia && sendViaHost_.valid()) {
+        const Fifo f = sendViaHost_.proxyFifo(layout, c, p);
+        if (!local->note(proxy_->addSend(
+                f, links.send[static_cast<size_t>(next)],
+                formatString("ring channel %d from rank %d to rank %d, %s", c, rank_, next, proto),
+                placementOf(f, p).get())))
+          continue;
+      }
+      if (recvVia && recvViaHost_.valid()) {
+        const Fifo f = recvViaHost_.proxyFifo(layout, c, p);
         local->note(proxy_->addRecv(
-            links.recv[static_cast<size_t>(prev)], recvViaHost_.proxyFifo(layout, c, p),
-            static_cast<Proto>(p),
-            formatString("ring channel %d from rank %d to rank %d, %s", c, prev, rank_, proto)));
+            links.recv[static_cast<size_t>(prev)], f, static_cast<Proto>(p),
+            formatString("ring channel %d from rank %d to rank %d, %s", c, prev, rank_, proto),
+            placementOf(f, p).get()));
+      }
     }
   }
   return Status::ok();

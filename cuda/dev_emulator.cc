@@ -1,7 +1,11 @@
 #include "cuda/dev_emulator.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -90,6 +94,17 @@ void runBlocks(const Launch& launch, int threadsPerBlock) {
 struct EmuClique::FifoMemory {
   // Per protocol: slots, then tail and head on lines of their own; the ends' steps apart.
   std::vector<char> slots[kNumProtos];
+  // Simple slots in memfd memory instead (dmabufSlots): the descriptor and its mapping.
+  int fd = -1;
+  char* mapping = nullptr;
+  size_t mappedBytes = 0;
+  FifoMemory() = default;
+  FifoMemory(const FifoMemory&) = delete;
+  FifoMemory& operator=(const FifoMemory&) = delete;
+  ~FifoMemory() {
+    if (mapping != nullptr) munmap(mapping, mappedBytes);
+    if (fd >= 0) close(fd);
+  }
   alignas(64) uint64_t tail[kNumProtos][8] = {};
   alignas(64) uint64_t head[kNumProtos][8] = {};
   uint64_t sendStep[kNumProtos] = {};
@@ -111,10 +126,28 @@ struct EmuClique::HostFifo {
   }
 };
 
+void EmuClique::allocSlots(FifoMemory& m, int p, size_t bytes, const EmuGeometry& g) {
+  if (!(g.dmabufSlots && p == static_cast<int>(Proto::kSimple) && bytes > 0)) {
+    m.slots[p].assign(bytes, 0);
+    return;
+  }
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  m.mappedBytes = (bytes + page - 1) / page * page;
+  m.fd = memfd_create("chorus-emu-slots", MFD_CLOEXEC);
+  if (m.fd < 0 || ftruncate(m.fd, static_cast<off_t>(m.mappedBytes)) != 0)
+    throw std::runtime_error(std::string("memfd for emulated slots: ") + strerror(errno));
+  void* at = mmap(nullptr, m.mappedBytes, PROT_READ | PROT_WRITE, MAP_SHARED, m.fd, 0);
+  if (at == MAP_FAILED)
+    throw std::runtime_error(std::string("mapping emulated slots: ") + strerror(errno));
+  m.mapping = static_cast<char*>(at);
+}
+
 // One end's view of the FIFO of protocol p in m; step is that end's own position.
 Fifo EmuClique::fifoView(FifoMemory& m, int p, uint64_t* step, const EmuGeometry& g) {
   Fifo f;
-  const auto base = reinterpret_cast<uintptr_t>(m.slots[p].data());
+  const auto base = reinterpret_cast<uintptr_t>(
+      m.mapping != nullptr && p == static_cast<int>(Proto::kSimple) ? m.mapping
+                                                                    : m.slots[p].data());
   f.slots = reinterpret_cast<char*>((base + 15) & ~uintptr_t(15));
   f.tail = &m.tail[p][0];
   f.head = &m.head[p][0];
@@ -128,7 +161,7 @@ Fifo EmuClique::fifoView(FifoMemory& m, int p, uint64_t* step, const EmuGeometry
 EmuClique::FifoMemory& EmuClique::newSenderMemory(const EmuGeometry& g) {
   auto m = std::make_unique<FifoMemory>();
   for (int p = 0; p < kNumProtos; ++p) {
-    m->slots[p].assign(static_cast<size_t>(g.nslots[p]) * g.slotBytes[p] + 16, 0);
+    allocSlots(*m, p, static_cast<size_t>(g.nslots[p]) * g.slotBytes[p] + 16, g);
     m->sizes[p].assign(g.nslots[p], 0);
   }
   FifoMemory& ref = *m;
@@ -150,11 +183,25 @@ void EmuClique::bridge(FifoMemory& local, FifoMemory& remote, int sender, int re
                                           : "ring channel " + std::to_string(channel) + " ") +
                              std::to_string(sender) + " -> " + std::to_string(receiver) +
                              (p == 0 ? ", LL" : ", Simple");
-    Status s = proxies_[static_cast<size_t>(sender)]->addSend(
-        fifoView(local, p, &local.sendStep[p], g), send, name);
+    const Fifo out = fifoView(local, p, &local.sendStep[p], g);
+    const Fifo in = fifoView(remote, p, &remote.recvStep[p], g);
+    const bool place = g.placeSimple && p == static_cast<int>(Proto::kSimple);
+    auto memoryOf = [&](const Fifo& f, const FifoMemory& m) {
+      SlotMemory mem;
+      mem.data = f.slots;
+      mem.nslots = f.nslots;
+      mem.slotBytes = f.slotBytes;
+      mem.device = g.deviceSlots;
+      mem.dmabufFd = m.fd;
+      mem.dmabufOffset = m.mapping != nullptr ? static_cast<uint64_t>(f.slots - m.mapping) : 0;
+      return mem;
+    };
+    const SlotMemory outMem = memoryOf(out, local), inMem = memoryOf(in, remote);
+    Status s =
+        proxies_[static_cast<size_t>(sender)]->addSend(out, send, name, place ? &outMem : nullptr);
     if (s.isOk())
-      s = proxies_[static_cast<size_t>(receiver)]->addRecv(
-          recv, fifoView(remote, p, &remote.recvStep[p], g), static_cast<Proto>(p), name);
+      s = proxies_[static_cast<size_t>(receiver)]->addRecv(recv, in, static_cast<Proto>(p), name,
+                                                           place ? &inMem : nullptr);
     if (!s.isOk()) throw std::logic_error(s.message());
   }
 }
@@ -172,7 +219,7 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
     for (int c = 0; c < g.nchannels; ++c) {
       auto m = std::make_unique<FifoMemory>();
       for (int p = 0; p < kNumProtos; ++p)
-        m->slots[p].assign(static_cast<size_t>(g.nslots[p]) * g.slotBytes[p] + 16, 0);
+        allocSlots(*m, p, static_cast<size_t>(g.nslots[p]) * g.slotBytes[p] + 16, g);
       memory_.push_back(std::move(m));
     }
   comms_.resize(static_cast<size_t>(nranks));
@@ -216,8 +263,7 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
       for (int part = 0; part < parts; ++part) {
         auto m = std::make_unique<FifoMemory>();
         for (int p = 0; p < kNumProtos; ++p)
-          m->slots[p].assign(r == s ? 0 : static_cast<size_t>(g.nslots[p]) * g.slotBytes[p] + 16,
-                             0);
+          allocSlots(*m, p, r == s ? 0 : static_cast<size_t>(g.nslots[p]) * g.slotBytes[p] + 16, g);
         peerMemory_.push_back(std::move(m));
       }
   auto linkOf = [&](int receiver, int sender, int part) -> FifoMemory& {
@@ -275,6 +321,12 @@ EmuClique::EmuClique(int nranks, const EmuGeometry& g, const std::vector<int>& r
 
 EmuClique::~EmuClique() {
   for (auto& proxy : proxies_) proxy->stop();
+}
+
+int EmuClique::placedLinks() const {
+  int n = 0;
+  for (const auto& proxy : proxies_) n += proxy->placedLinks();
+  return n;
 }
 
 std::string EmuClique::proxyError() const {

@@ -50,6 +50,13 @@ struct EmuGeometry {
   std::function<bool(int sender, int receiver, int channel, int proto, SendConnector** send,
                      RecvConnector** recv)>
       hostLinks;
+  // Proxied links: the Simple slots of both ends are offered to the host connectors'
+  // transport to move data from and into in place (DeviceProxy::addSend/addRecv's place), as a
+  // device communicator offers its FIFOs; in memfd memory offered as a dma-buf when
+  // dmabufSlots, and as GPU memory when deviceSlots (host memory standing in for it).
+  bool placeSimple = false;
+  bool dmabufSlots = false;
+  bool deviceSlots = false;
 };
 
 // Host memory for the FIFOs of nranks ranks in a ring 0 -> 1 -> ... -> nranks-1 -> 0 (or the
@@ -69,11 +76,15 @@ class EmuClique {
   void abort() { __atomic_store_n(&abortFlag_, 1u, __ATOMIC_RELEASE); }
   // The first failure a proxy met (proxied cliques), or "".
   std::string proxyError() const;
+  // Link ends whose slots a transport placed in the clique's memory (placeSimple).
+  int placedLinks() const;
 
  private:
   struct FifoMemory;
   struct HostFifo;
   static Fifo fifoView(FifoMemory& m, int p, uint64_t* step, const EmuGeometry& g);
+  // Room for protocol p's slots in m (memfd memory for Simple when g.dmabufSlots).
+  static void allocSlots(FifoMemory& m, int p, size_t bytes, const EmuGeometry& g);
   // The sender's own end of a proxied link (slots and their sizes).
   FifoMemory& newSenderMemory(const EmuGeometry& g);
   // Sends of `sender` written into `local`, delivered into `remote` of `receiver`.

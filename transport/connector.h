@@ -18,6 +18,18 @@ namespace chorus {
 constexpr int kMaxFifoSlots = 64;
 constexpr size_t kPeerErrorBytes = 256;
 
+// Memory of the party at one end of a connector (a device FIFO's slots) that a network
+// transport may send from or receive into in place of its own FIFO data (placeSlots): the
+// party then moves only counters and sizes, not bytes.
+struct SlotMemory {
+  char* data = nullptr;  // slot i at data + i * slotBytes
+  uint32_t nslots = 0;
+  uint32_t slotBytes = 0;
+  bool device = false;  // GPU memory (registered as NCCL_PTR_CUDA) rather than host memory
+  int dmabufFd = -1;    // a dma-buf holding it, registered as such where the network takes them
+  uint64_t dmabufOffset = 0;  // of data within that dma-buf
+};
+
 // The link between local FIFOs and the proxy thread at their far end (network transports).
 // Threads that post to or wait on such a FIFO drive the proxy's progress themselves when it is
 // free, so a message does not wait for the proxy thread to be scheduled; the proxy sleeps when
@@ -46,6 +58,19 @@ class ProxyLink {
     if (sleeping.load(std::memory_order_relaxed) != kAwake) ring();
   }
   void ring();
+  // Puts the data of the connection whose local FIFO is `fifo` in `mem` instead of the FIFO's
+  // own, before anything moved on it: true when the transport took it, false when it keeps
+  // its own data (a transport that does not place, memory its network cannot reach, or mem
+  // null: then only the receives held for a placement are let go, see holdReceives).
+  virtual Result<bool> placeSlots(const void* fifo, const SlotMemory* mem) {
+    (void)fifo;
+    (void)mem;
+    return false;
+  }
+
+  // The memory placed for `fifo`'s connection goes away: the transport stops using it (its
+  // receives posted into it end with the connection). Only when nothing more moves on it.
+  virtual void retireSlots(const void* fifo) { (void)fifo; }
 
   // Drives. A thread that polls the proxy's FIFOs in a wait loop moves the data itself; while
   // one does (or did since the proxy last slept), the proxy sleeps without watching the
@@ -220,6 +245,12 @@ class SendConnector {
     }
     return data_ + (tail_ % nslots_) * slotBytes_;
   }
+  // For a party whose slots were placed (ProxyLink::placeSlots): the header, slots posted so
+  // far and slots the far end has sent (each slot's memory is the party's again after that).
+  const void* fifo() const { return header_; }
+  uint32_t nslots() const { return nslots_; }
+  uint64_t posted() const { return tail_; }
+  uint64_t sent() const { return header_->head.load(std::memory_order_acquire); }
   // Publishes the slot returned by acquire holding `bytes` bytes of the call `tag`.
   void post(size_t bytes, const CallTag& tag = CallTag{}) {
     SlotInfo& info = header_->slots[tail_ % nslots_];
@@ -302,6 +333,19 @@ class RecvConnector {
     *bytes = header_->slots[head_ % nslots_].bytes;
     return data_ + (head_ % nslots_) * slotBytes_;
   }
+  // For a party whose slots were placed: the header, slots that arrived so far (driving the
+  // proxy when none is new), the size of slot `index` among them, and slots released so far.
+  // Such a party reads ahead of what it released.
+  const void* fifo() const { return header_; }
+  uint32_t nslots() const { return nslots_; }
+  uint64_t arrived() {
+    const uint64_t t = header_->tail.load(std::memory_order_acquire);
+    if (t == cachedTail_ && proxy_ != nullptr) proxy_->tryProgress(header_);
+    cachedTail_ = t;
+    return t;
+  }
+  size_t bytesAt(uint64_t index) const { return header_->slots[index % nslots_].bytes; }
+  uint64_t released() const { return head_; }
   bool peerClosed() const { return header_->peerClosed.load(std::memory_order_acquire) != 0; }
   // Why the peer closed, when it said (see FifoHeader::peerError); "" otherwise.
   const char* peerError() const { return peerClosed() ? header_->peerError : ""; }

@@ -24,7 +24,29 @@ DeviceProxy::~DeviceProxy() {
   stop();
 }
 
-Status DeviceProxy::addSend(const dev::Fifo& fifo, SendConnector* host, const std::string& what) {
+Status DeviceProxy::place(ProxyLink* proxy, const void* hostFifo, uint32_t hostSlots,
+                          uint64_t hostCount, const dev::Fifo& fifo, uint64_t devCount,
+                          const SlotMemory* mem, const std::string& what, bool* placed,
+                          uint64_t* offset) {
+  *placed = false;
+  if (proxy == nullptr) return Status::ok();
+  if (mem != nullptr &&
+      (mem->data != fifo.slots || mem->nslots != fifo.nslots || mem->slotBytes != fifo.slotBytes))
+    return internalError("%s: the memory to place is not the device FIFO's slots", what.c_str());
+  // Slot i of the host FIFO must be slot i of the kernel's: the same number of slots and
+  // counts that differ by a multiple of it (both start at 0 on a fresh link).
+  if (mem != nullptr && (hostSlots != fifo.nslots || (devCount - hostCount) % fifo.nslots != 0))
+    mem = nullptr;
+  Result<bool> r = proxy->placeSlots(hostFifo, mem);
+  if (!r.isOk()) return r.status().withContext(what);
+  *placed = r.value();
+  *offset = devCount - hostCount;
+  if (*placed) ++placed_;
+  return Status::ok();
+}
+
+Status DeviceProxy::addSend(const dev::Fifo& fifo, SendConnector* host, const std::string& what,
+                            const SlotMemory* mem) {
   if (fifo.sizes == nullptr || fifo.tail == nullptr || fifo.head == nullptr || fifo.nslots == 0)
     return internalError("%s: the device FIFO has no slot sizes or counters for a proxy",
                          what.c_str());
@@ -36,18 +58,24 @@ Status DeviceProxy::addSend(const dev::Fifo& fifo, SendConnector* host, const st
   SendLink l{fifo, host, what};
   // A FIFO already used by earlier kernels resumes where they stopped.
   l.done = dev::loadAcquire(fifo.head);
+  if (mem != nullptr)
+    CHORUS_TRY(place(host->proxy(), host->fifo(), host->nslots(), host->posted(), fifo, l.done, mem,
+                     what, &l.placed, &l.offset));
   sends_.push_back(l);
   return Status::ok();
 }
 
 Status DeviceProxy::addRecv(RecvConnector* host, const dev::Fifo& fifo, dev::Proto proto,
-                            const std::string& what) {
+                            const std::string& what, const SlotMemory* mem) {
   if (fifo.tail == nullptr || fifo.head == nullptr || fifo.nslots == 0)
     return internalError("%s: the device FIFO has no counters for a proxy", what.c_str());
   if (host == nullptr || !host->valid())
     return internalError("%s: no host connector to take slots from", what.c_str());
   RecvLink l{host, fifo, proto, what};
   l.done = dev::loadAcquire(fifo.tail);
+  // LL lines are copied in halves (above): never placed.
+  CHORUS_TRY(place(host->proxy(), host->fifo(), host->nslots(), host->released(), fifo, l.done,
+                   proto == dev::Proto::kSimple ? mem : nullptr, what, &l.placed, &l.offset));
   recvs_.push_back(l);
   return Status::ok();
 }
@@ -65,18 +93,41 @@ bool DeviceProxy::moveSend(SendLink& l) {
                          l.what.c_str(), bytes, l.fifo.slotBytes));
       return moved;
     }
-    memcpy(dst, l.fifo.slots + slot * l.fifo.slotBytes, bytes);
+    // Placed: the network sends from the kernel's slot itself.
+    if (!l.placed) memcpy(dst, l.fifo.slots + slot * l.fifo.slotBytes, bytes);
     l.host->post(bytes);
     ++l.done;
-    // The slot is the kernel's again.
-    dev::storeRelease(l.fifo.head, l.done);
+    // The slot is the kernel's again (placed: once the network has sent it, below).
+    if (!l.placed) dev::storeRelease(l.fifo.head, l.done);
     moved = true;
+  }
+  if (l.placed) {
+    const uint64_t sent = l.host->sent() + l.offset;
+    if (sent > dev::loadAcquire(l.fifo.head)) {
+      dev::storeRelease(l.fifo.head, sent);
+      moved = true;
+    }
   }
   return moved;
 }
 
+void DeviceProxy::peerClosed(RecvLink& l) {
+  const std::string why = l.host->peerError();
+  const std::string text = formatString("%s: the peer closed the connection%s%s", l.what.c_str(),
+                                        why.empty() ? "" : ": ", why.c_str());
+  if (!busy_ || busy_()) {
+    fail(remoteError("%s", text.c_str()));
+  } else {
+    // A peer that finished first: an error only for work that still needs the link.
+    l.closed = true;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_.empty()) closed_ = text;
+  }
+}
+
 bool DeviceProxy::moveRecv(RecvLink& l) {
   bool moved = false;
+  if (l.placed) return movePlacedRecv(l);
   for (;;) {
     // A free device slot: the kernel released all but nslots - 1 of those delivered. An LL
     // kernel releases a step that carries no lines (a rank's empty share) without waiting for
@@ -86,19 +137,7 @@ bool DeviceProxy::moveRecv(RecvLink& l) {
     size_t bytes = 0;
     const void* src = l.host->tryWait(&bytes);
     if (src == nullptr) {
-      if (l.host->peerClosed() && !l.host->ready()) {
-        const std::string why = l.host->peerError();
-        const std::string text = formatString("%s: the peer closed the connection%s%s",
-                                              l.what.c_str(), why.empty() ? "" : ": ", why.c_str());
-        if (!busy_ || busy_()) {
-          fail(remoteError("%s", text.c_str()));
-        } else {
-          // A peer that finished first: an error only for work that still needs the link.
-          l.closed = true;
-          std::lock_guard<std::mutex> lock(mu_);
-          if (closed_.empty()) closed_ = text;
-        }
-      }
+      if (l.host->peerClosed() && !l.host->ready()) peerClosed(l);
       break;
     }
     if (bytes > l.fifo.slotBytes) {
@@ -127,6 +166,33 @@ bool DeviceProxy::moveRecv(RecvLink& l) {
     l.host->release();
     moved = true;
   }
+  return moved;
+}
+
+// The network receives into the kernel's slots: publish what arrived, and give the network
+// back the slots the kernel released.
+bool DeviceProxy::movePlacedRecv(RecvLink& l) {
+  bool moved = false;
+  const uint64_t released = dev::loadAcquire(l.fifo.head);
+  while (l.host->released() + l.offset < released) {
+    l.host->release();
+    moved = true;
+  }
+  const uint64_t arrived = l.host->arrived() + l.offset;
+  for (; l.done < arrived; ++l.done) {
+    const size_t bytes = l.host->bytesAt(l.done - l.offset);
+    if (bytes > l.fifo.slotBytes) {
+      fail(internalError("%s: the peer sent a slot of %zu bytes into a FIFO of %u-byte slots",
+                         l.what.c_str(), bytes, l.fifo.slotBytes));
+      return moved;
+    }
+    if (l.fifo.sizes != nullptr)
+      __atomic_store_n(l.fifo.sizes + l.done % l.fifo.nslots, static_cast<uint32_t>(bytes),
+                       __ATOMIC_RELAXED);
+    moved = true;
+  }
+  if (moved) dev::storeRelease(l.fifo.tail, l.done);
+  if (!moved && l.host->peerClosed() && l.host->arrived() + l.offset == l.done) peerClosed(l);
   return moved;
 }
 
@@ -162,7 +228,8 @@ std::string DeviceProxy::closedLink() const {
 
 bool DeviceProxy::sendsPending() const {
   for (const SendLink& l : sends_)
-    if (l.done < dev::loadAcquire(l.fifo.tail)) return true;
+    if (l.done < dev::loadAcquire(l.fifo.tail) || (l.placed && l.host->sent() < l.host->posted()))
+      return true;
   return false;
 }
 
@@ -187,6 +254,18 @@ void DeviceProxy::stop(std::chrono::milliseconds drainFor, std::function<bool()>
          !(abort && abort()) && std::chrono::steady_clock::now() < deadline) {
     if (!progress()) dev::pollPause();
   }
+  // The kernels' memory goes with them: the network must not send from or receive into it any
+  // more.
+  for (SendLink& l : sends_)
+    if (l.placed) {
+      l.host->proxy()->retireSlots(l.host->fifo());
+      l.placed = false;
+    }
+  for (RecvLink& l : recvs_)
+    if (l.placed) {
+      l.host->proxy()->retireSlots(l.host->fifo());
+      l.placed = false;
+    }
 }
 
 void DeviceProxy::kick() {

@@ -36,14 +36,22 @@ class DeviceProxy {
   DeviceProxy& operator=(const DeviceProxy&) = delete;
 
   // Before start: forwards what a kernel publishes in `fifo` (its sending end; sizes set) to
-  // `host`. `what` names the link in errors ("ring channel 3 to rank 5, LL").
-  Status addSend(const dev::Fifo& fifo, SendConnector* host, const std::string& what);
+  // `host`. `what` names the link in errors ("ring channel 3 to rank 5, LL"). With `place`
+  // (the memory of fifo's slots), the host connector's transport is asked to send from the
+  // kernel's slots themselves (ProxyLink::placeSlots): where it does, only sizes and counters
+  // are forwarded, and a slot is the kernel's again once the network sent it.
+  Status addSend(const dev::Fifo& fifo, SendConnector* host, const std::string& what,
+                 const SlotMemory* place = nullptr);
   // Before start: delivers `host`'s slots into the receiving kernel's `fifo`. LL slots are
   // copied in 8-byte halves, each whole, so that a kernel polling a line's flags never sees a
-  // flag before its datum.
+  // flag before its datum. With `place` (Simple only), the transport is asked to receive into
+  // the kernel's slots themselves; where it does, a slot goes back to the network when the
+  // kernel releases it. Without, a transport holding receives for a placement is let go.
   Status addRecv(RecvConnector* host, const dev::Fifo& fifo, dev::Proto proto,
-                 const std::string& what);
+                 const std::string& what, const SlotMemory* place = nullptr);
   size_t links() const { return sends_.size() + recvs_.size(); }
+  // Links whose slots the transport placed in the kernel's memory.
+  int placedLinks() const { return placed_; }
 
   // Starts the thread that drives every link. It polls while slots move and for a while after;
   // then it looks every millisecond until kick() says work was queued.
@@ -61,7 +69,8 @@ class DeviceProxy {
   Status error() const;
   // The first link whose peer closed its connection while nothing waited on it, or "".
   std::string closedLink() const;
-  // Whether a send link holds slots a kernel published that are not forwarded yet.
+  // Whether a send link holds slots a kernel published that are not forwarded yet (placed:
+  // not sent yet, as they are still in the kernel's memory).
   bool sendsPending() const;
 
  private:
@@ -69,7 +78,9 @@ class DeviceProxy {
     dev::Fifo fifo;
     SendConnector* host;
     std::string what;
-    uint64_t done = 0;  // slots forwarded and released to the kernel
+    uint64_t done = 0;  // slots forwarded (and, unless placed, released to the kernel)
+    bool placed = false;
+    uint64_t offset = 0;  // placed: the kernel's count of slots less the host connector's
   };
   struct RecvLink {
     RecvConnector* host;
@@ -78,9 +89,19 @@ class DeviceProxy {
     std::string what;
     uint64_t done = 0;    // slots delivered to the kernel
     bool closed = false;  // the peer closed its connection while nothing waited
+    bool placed = false;
+    uint64_t offset = 0;  // placed: as for sends
   };
+  // Asks host's transport to place its slots in `place` (null: lets it go on without);
+  // *placed says whether it did, after checking that slot i of one is slot i of the other.
+  Status place(ProxyLink* proxy, const void* hostFifo, uint32_t hostSlots, uint64_t hostCount,
+               const dev::Fifo& fifo, uint64_t devCount, const SlotMemory* place,
+               const std::string& what, bool* placed, uint64_t* offset);
   bool moveSend(SendLink& l);
   bool moveRecv(RecvLink& l);
+  bool movePlacedRecv(RecvLink& l);
+  // The peer of l closed its connection and nothing more will come on it.
+  void peerClosed(RecvLink& l);
   void fail(const Status& s);
   void run();
 
@@ -96,6 +117,7 @@ class DeviceProxy {
   uint64_t kicks_ = 0;  // under mu_
   Status error_;        // under mu_
   std::string closed_;  // under mu_
+  int placed_ = 0;
 };
 
 }  // namespace chorus

@@ -106,6 +106,10 @@ class Transport {
                              SendConnector* conn) = 0;
   // Receiver side: completes once the sender has attached.
   virtual Status finishRecv(int peer, int channel) = 0;
+  // While on, receiving connections this transport sets up post no receives until
+  // ProxyLink::placeSlots says where their data goes (device links, whose slots may be
+  // placed). Transports that do not place slots ignore it.
+  virtual void holdReceives(bool on) { (void)on; }
   // Called once every connector of the communicator is built.
   virtual Status afterSetup() { return Status::ok(); }
 };

@@ -93,6 +93,11 @@ const std::vector<ParamDef> kParams = {
      "1: a slot's header and data are received as one grouped receive where the plugin's "
      "device takes them (maxRecvs 2 or more); 0: as two receives",
      false},
+    {"NET_PLACE_SLOTS", ParamType::kInt, "1",
+     "1: device links through a net plugin send from and receive into the device FIFO's own "
+     "memory where the plugin reaches it (host memory; GPU memory with NCCL_PTR_CUDA), so the "
+     "proxy copies nothing; 0: through the transport's own buffers",
+     false},
     {"IB_DISABLE", ParamType::kInt, "0",
      "1: never use the InfiniBand/RoCE network (Chorus's verbs transport), even where HCAs are "
      "active",

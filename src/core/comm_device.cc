@@ -77,9 +77,14 @@ Status Communicator::connectDeviceHost(int channel, const std::vector<int>& recv
   if (deviceHostConns_.empty()) deviceHostConns_.resize(dev::kHostChannels);
   std::vector<P2pConnection>& conns = deviceHostConns_[static_cast<size_t>(channel)];
   if (conns.empty()) conns.resize(static_cast<size_t>(nranks_));
+  // The device communicator's proxy may place a link's slots in the device FIFO's own memory
+  // (DeviceProxy::addRecv): until it says, the receiving end posts nothing.
+  for (int peer : recvFrom) transportFor(peers_[peer])->holdReceives(true);
   // Channel numbers and bootstrap tags of their own, apart from the host collectives'.
-  CHORUS_TRY(connectPairs(recvFrom, sendTo, kDeviceHostChannelBase + channel,
-                          kTagDeviceHostSetup + channel, false, &conns));
+  Status s = connectPairs(recvFrom, sendTo, kDeviceHostChannelBase + channel,
+                          kTagDeviceHostSetup + channel, false, &conns);
+  for (int peer : recvFrom) transportFor(peers_[peer])->holdReceives(false);
+  CHORUS_TRY(s);
   links->send.assign(static_cast<size_t>(nranks_), nullptr);
   links->recv.assign(static_cast<size_t>(nranks_), nullptr);
   for (int peer : sendTo) links->send[static_cast<size_t>(peer)] = &conns[peer].send;

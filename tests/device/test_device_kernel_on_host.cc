@@ -3,6 +3,7 @@
 // reference of the multi-rank tests; step counters carried across launches; works of one
 // launch ordered by the grid barrier; a rank whose peer never comes stops on abort. Also the LL
 // line format itself.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <array>
@@ -154,8 +155,9 @@ const void* resultOf(const Call&, const Work& w) {
 // Runs calls[] as consecutive launches (or as one launch when fused) on every rank at once and
 // checks each rank's results after all of them.
 void runCalls(int nranks, const std::vector<Call>& calls, bool fused, int threadsPerBlock,
-              const EmuGeometry& g = EmuGeometry()) {
+              const EmuGeometry& g = EmuGeometry(), int* placedLinks = nullptr) {
   EmuClique clique(nranks, g);
+  if (placedLinks != nullptr) *placedLinks = clique.placedLinks();
   std::vector<std::vector<Buffers>> bufs(static_cast<size_t>(nranks),
                                          std::vector<Buffers>(calls.size()));
   std::vector<std::vector<Work>> works(static_cast<size_t>(nranks));
@@ -349,6 +351,87 @@ TEST(KernelOnHost, CommunicatorTransportsCarryProxiedLinks) {
     runCalls(kRanks, calls, fused, 2, g);
     // Every ring link went through the communicators' connectors.
     EXPECT_EQ(links.supplied(), kRanks * g.nchannels * kNumProtos);
+  }
+}
+
+// Through an NCCL net plugin (the example, which this process loads when NCCL_NET_PLUGIN names
+// it: meson's device_net_place tests): the Simple slots of every link placed in the emulated
+// device FIFOs, which the plugin sends from and receives into (DeviceProxy's place), as host
+// memory, as a dma-buf (memfd; the example moves the bytes through its own mapping of it), as
+// GPU memory (host memory standing in: registered as NCCL_PTR_CUDA, each receive flushed),
+// and with CHORUS_NET_PLACE_SLOTS=0. Where the plugin does not take GPU memory
+// (EXAMPLE_NET_GDR unset) those links stay staged, with the same results.
+TEST(NetPlace, PluginMovesSlotsInTheKernelsMemory) {
+  const char* plugin = getenv("NCCL_NET_PLUGIN");
+  if (plugin == nullptr) GTEST_SKIP() << "needs NCCL_NET_PLUGIN (meson test device_net_place)";
+  auto flag = [](const char* name) { return getenv(name) != nullptr && atoi(getenv(name)) == 1; };
+  const bool gdr = flag("EXAMPLE_NET_GDR"), dmabuf = flag("EXAMPLE_NET_DMABUF");
+  constexpr int kRanks = 3;
+  struct Variant {
+    const char* name;
+    bool dmabuf, device, off;
+    bool otherGeometry = false;  // device FIFOs of other slots than the host FIFOs': not placed
+  };
+  for (const Variant& v : {Variant{"host memory", false, false, false},
+                           Variant{"host memory, a dma-buf", true, false, false},
+                           Variant{"GPU memory", false, true, false},
+                           Variant{"GPU memory, a dma-buf", true, true, false},
+                           Variant{"CHORUS_NET_PLACE_SLOTS=0", false, false, true},
+                           Variant{"other slots", false, false, false, true}}) {
+    SCOPED_TRACE(v.name);
+    if (v.off) setenv("CHORUS_NET_PLACE_SLOTS", "0", 1);
+    EmuGeometry g;
+    g.proxied = true;
+    g.placeSimple = true;
+    g.dmabufSlots = v.dmabuf;
+    g.deviceSlots = v.device;
+    unsigned long before[3] = {0, 0, 0}, after[3] = {0, 0, 0};
+    {
+      CommHostLinks links(kRanks, /*tcp=*/true, g.nchannels, /*p2p=*/false);
+      ASSERT_EQ(links.error(), "");
+      void* lib = dlopen(plugin, RTLD_NOW | RTLD_NOLOAD);
+      ASSERT_NE(lib, nullptr) << "the communicators did not load " << plugin;
+      auto counters = reinterpret_cast<void (*)(unsigned long*, unsigned long*, unsigned long*)>(
+          dlsym(lib, "exampleNetCounters"));
+      ASSERT_NE(counters, nullptr);
+      counters(&before[0], &before[1], &before[2]);
+      // Slot i of the host FIFO is slot i of the device FIFO, as a device communicator sizes
+      // its FIFOs from the host geometry.
+      SendConnector* send = nullptr;
+      RecvConnector* recv = nullptr;
+      ASSERT_TRUE(links.link(0, 1, 0, static_cast<int>(Proto::kSimple), &send, &recv));
+      if (!v.otherGeometry) {
+        g.nslots[static_cast<int>(Proto::kSimple)] = send->nslots();
+        g.slotBytes[static_cast<int>(Proto::kSimple)] = static_cast<uint32_t>(send->slotBytes());
+      }
+      ASSERT_NE(g.nslots[static_cast<int>(Proto::kSimple)] == send->nslots(), v.otherGeometry);
+      g.hostLinks = [&links](int sender, int receiver, int channel, int proto, SendConnector** send,
+                             RecvConnector** recv) {
+        return links.link(sender, receiver, channel, proto, send, recv);
+      };
+      std::vector<Call> calls;
+      for (Proto p : {Proto::kSimple, Proto::kLl})
+        for (size_t count : {size_t{1}, size_t{3001}, size_t{70000}}) {
+          calls.push_back(Call{Coll::kAllReduce, ncclFloat32, ref::kSum, count, p, 2});
+          calls.push_back(Call{Coll::kAllGather, ncclBfloat16, ref::kSum, count, p, 2});
+        }
+      int placed = -1;
+      runCalls(kRanks, calls, false, 2, g, &placed);
+      counters(&after[0], &after[1], &after[2]);
+      dlclose(lib);
+      const bool takes = !v.off && !v.otherGeometry && (!v.device || gdr);
+      // Both ends of every ring channel's Simple link.
+      EXPECT_EQ(placed, takes ? 2 * kRanks * g.nchannels : 0);
+      const unsigned long regs = takes ? 2 * kRanks * g.nchannels : 0;
+      EXPECT_EQ(after[0] - before[0], v.dmabuf && dmabuf ? regs : 0) << "dma-buf registrations";
+      EXPECT_EQ(after[1] - before[1], v.device && !(v.dmabuf && dmabuf) ? regs : 0)
+          << "GPU memory registrations";
+      if (v.device && takes)
+        EXPECT_GT(after[2] - before[2], 0u) << "receives into GPU memory are flushed";
+      else
+        EXPECT_EQ(after[2] - before[2], 0u);
+    }
+    unsetenv("CHORUS_NET_PLACE_SLOTS");
   }
 }
 

@@ -232,6 +232,10 @@ class PluginOf final : public NetPlugin {
     PLUGIN_CALL("regMr", net_->regMr(comm, data, size, NCCL_PTR_HOST, mhandle));
     return Status::ok();
   }
+  Status regMrDevice(void* comm, void* data, size_t size, void** mhandle) override {
+    PLUGIN_CALL("regMr", net_->regMr(comm, data, size, NCCL_PTR_CUDA, mhandle));
+    return Status::ok();
+  }
   Status regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
                      void** mhandle) override {
     *mhandle = nullptr;

@@ -42,6 +42,12 @@ class NetPlugin {
   virtual Status connect(int dev, void* handle, void** sendComm) = 0;
   virtual Status accept(void* listenComm, void** recvComm) = 0;
   virtual Status regMr(void* comm, void* data, size_t size, void** mhandle) = 0;  // host memory
+  // GPU memory by its address (NCCL_PTR_CUDA in ptrSupport). A network without it refuses it.
+  virtual Status regMrDevice(void* comm, void* data, size_t size, void** mhandle) {
+    (void)comm, (void)data, (void)size;
+    *mhandle = nullptr;
+    return invalidUsage("net %s does not register GPU memory", name());
+  }
   // Memory another device exports as a dma-buf (GPU memory; NCCL_PTR_DMABUF in ptrSupport):
   // data's size bytes are those at `offset` in the dma-buf `fd`; type is NCCL_PTR_CUDA or
   // NCCL_PTR_HOST. deregMr releases it. A network without the call refuses it.

@@ -62,13 +62,24 @@ struct NetConn {
   uint64_t posted = 0;   // slots whose two messages are posted
   uint64_t done = 0;     // slots whose two messages completed, in order
   bool grouped = false;  // receive side: a slot's two messages in one grouped receive (head)
+  // Set up while the transport held receives: posts none until placeSlots says where.
+  bool held = false;
+  // Placed (placeSlots): the slots' data are the party's memory, registered as placedMr.
+  bool placed = false;
+  SlotMemory place;
+  void* placedMr = nullptr;
   struct Req {
     void* head = nullptr;  // grouped: the request of both
     void* data = nullptr;
+    void* flush = nullptr;  // received into GPU memory: the flush before the slot is published
     bool headDone = false;
     bool dataDone = false;
+    bool flushed = false;
   } reqs[kInFlight];
   bool failed = false;
+  char* slot(uint64_t i, size_t slotBytes) const {
+    return placed ? place.data + (i % place.nslots) * place.slotBytes : data + i * slotBytes;
+  }
 };
 
 class NetTransport final : public Transport, public ProxyLink {
@@ -87,6 +98,37 @@ class NetTransport final : public Transport, public ProxyLink {
   }
 
   const char* name() const override { return "net"; }
+
+  void holdReceives(bool on) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    holding_ = on;
+  }
+
+  Result<bool> placeSlots(const void* fifo, const SlotMemory* mem) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    NetConn* c = nullptr;
+    for (auto& conn : conns_)
+      if (conn->fifo == fifo) c = conn.get();
+    if (c == nullptr) return internalError("net plugin transport: no connection has that FIFO");
+    c->held = false;
+    if (mem == nullptr || c->placed || c->posted != 0 || paramInt("NET_PLACE_SLOTS") == 0 ||
+        mem->nslots != ctx_.geometry.nslots || mem->slotBytes == 0 ||
+        mem->slotBytes > ctx_.geometry.slotBytes || mem->data == nullptr)
+      return false;
+    NetPlugin::Properties p;
+    if (!plugin_->properties(c->dev, &p).isOk()) return false;
+    if ((p.ptrSupport & (mem->device ? NCCL_PTR_CUDA : NCCL_PTR_HOST)) == 0) return false;
+    c->placed = true;
+    c->place = *mem;
+    if (c->comm != nullptr) {
+      Status st = registerPlaced(*c);
+      if (!st.isOk()) {
+        fail(*c, st);
+        return st;
+      }
+    }
+    return true;
+  }
 
   Status setupRecv(int peer, int channel, bool, ConnectInfo* info, RecvConnector* conn) override {
     std::unique_ptr<NetConn> c =
@@ -224,9 +266,23 @@ class NetTransport final : public Transport, public ProxyLink {
     return own;
   }
 
+  void retireSlots(const void* fifo) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto& c : conns_) {
+      if (c->fifo != fifo || !c->placed) continue;
+      // The plugin has no way to take back a posted receive: the connection ends with it.
+      close(*c);
+      c->failed = true;
+      c->placed = false;
+      LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d: closed with the device FIFO's memory",
+               ctx_.rank, c->isSend ? "sending to" : "receiving from", c->peer, c->channel);
+    }
+  }
+
   std::unique_ptr<NetConn> newConn(bool isSend, int peer, int channel, int dev) {
     auto c = std::make_unique<NetConn>();
     c->isSend = isSend;
+    c->held = !isSend && holding_;
     c->peer = peer;
     c->channel = channel;
     c->dev = dev;
@@ -267,6 +323,27 @@ class NetTransport final : public Transport, public ProxyLink {
     ctx_.errors->reportAsyncError(remoteError("%s", st.message().c_str()));
   }
 
+  // The party's memory a placed connection moves slots from or into: through its dma-buf
+  // where it has one and the device takes them, else by address (GPU memory as NCCL_PTR_CUDA).
+  Status registerPlaced(NetConn& c) {
+    NetPlugin::Properties p;
+    CHORUS_TRY(plugin_->properties(c.dev, &p));
+    const SlotMemory& m = c.place;
+    const size_t bytes = size_t(m.nslots) * m.slotBytes;
+    Status s =
+        m.dmabufFd >= 0 && (p.ptrSupport & NCCL_PTR_DMABUF) != 0
+            ? plugin_->regMrDmaBuf(c.comm, m.data, bytes, m.device ? NCCL_PTR_CUDA : NCCL_PTR_HOST,
+                                   m.dmabufOffset, m.dmabufFd, &c.placedMr)
+        : m.device ? plugin_->regMrDevice(c.comm, m.data, bytes, &c.placedMr)
+                   : plugin_->regMr(c.comm, m.data, bytes, &c.placedMr);
+    if (s.isOk())
+      LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d: the device FIFO's %s memory itself%s",
+               ctx_.rank, c.isSend ? "sending to" : "receiving from", c.peer, c.channel,
+               m.device ? "GPU" : "host",
+               m.dmabufFd >= 0 && (p.ptrSupport & NCCL_PTR_DMABUF) != 0 ? ", as a dma-buf" : "");
+    return s.withContext("registering the device FIFO's slots");
+  }
+
   // One non-blocking try at the connection of c; registers its memory once connected.
   void setup(NetConn& c) {
     if (c.comm != nullptr || c.failed) return;
@@ -277,6 +354,7 @@ class NetTransport final : public Transport, public ProxyLink {
                          &c.dataMr);
       if (s.isOk())
         s = plugin_->regMr(c.comm, c.slotHeads.get(), sizeof(SlotInfo) * kMaxFifoSlots, &c.headMr);
+      if (s.isOk() && c.placed) s = registerPlaced(c);
       if (s.isOk() && !c.isSend) {
         s = plugin_->closeListen(c.listenComm);
         c.listenComm = nullptr;
@@ -333,8 +411,30 @@ class NetTransport final : public Transport, public ProxyLink {
         }
         if (!r.dataDone) break;
       }
+      if (!c.isSend && c.placed && c.place.device && !r.flushed) {
+        // What the network wrote into GPU memory reaches the GPU before the kernel reads it.
+        if (r.flush == nullptr) {
+          void* buf = c.slot(slot, slotBytes);
+          size_t n = got;
+          Status s = plugin_->iflush(c.comm, 1, &buf, &n, &c.placedMr, &r.flush);
+          if (!s.isOk()) {
+            fail(c, s.withContext("flushing a receive into GPU memory"));
+            return true;
+          }
+          r.flushed = r.flush == nullptr;
+        }
+        if (!r.flushed) {
+          Status s = plugin_->test(r.flush, &r.flushed, nullptr);
+          if (!s.isOk()) {
+            fail(c, s.withContext("flushing a receive into GPU memory"));
+            return true;
+          }
+          if (!r.flushed) break;
+        }
+      }
+      const size_t capacity = c.placed ? c.place.slotBytes : slotBytes;
       if (!c.isSend &&
-          (headBytes != sizeof(SlotInfo) || got != c.slotHeads[slot].bytes || got > slotBytes)) {
+          (headBytes != sizeof(SlotInfo) || got != c.slotHeads[slot].bytes || got > capacity)) {
         fail(c, internalError("a message of %zu bytes where its header (%zu bytes) said %llu", got,
                               headBytes, static_cast<unsigned long long>(c.slotHeads[slot].bytes)));
         return true;
@@ -352,17 +452,20 @@ class NetTransport final : public Transport, public ProxyLink {
       }
     }
     // Post: a send, each slot the executor published; a receive, each free slot.
+    if (c.held) return moved;
     const uint64_t limit = c.isSend ? c.fifo->tail.load(std::memory_order_acquire)
                                     : c.fifo->head.load(std::memory_order_acquire) + nslots;
+    const size_t capacity = c.placed ? c.place.slotBytes : slotBytes;
+    void* const dataMr = c.placed ? c.placedMr : c.dataMr;
     while (c.posted < limit && c.posted - c.done < kInFlight) {
       const uint64_t slot = c.posted % nslots;
       NetConn::Req& r = c.reqs[c.posted % kInFlight];
-      char* slotData = c.data + slot * slotBytes;
+      char* slotData = c.slot(slot, slotBytes);
       Status s = Status::ok();
       if (c.grouped) {
         void* bufs[2] = {&c.slotHeads[slot], slotData};
-        const size_t sizes[2] = {sizeof(SlotInfo), slotBytes};
-        void* mrs[2] = {c.headMr, c.dataMr};
+        const size_t sizes[2] = {sizeof(SlotInfo), capacity};
+        void* mrs[2] = {c.headMr, dataMr};
         s = plugin_->irecvGroup(c.comm, 2, bufs, sizes, tags, mrs, &r.head);
         if (!s.isOk()) {
           fail(c, s);
@@ -385,9 +488,9 @@ class NetTransport final : public Transport, public ProxyLink {
           }
           if (r.head == nullptr) break;
         }
-        s = c.isSend ? plugin_->isend(c.comm, slotData, c.slotHeads[slot].bytes, tags[1], c.dataMr,
+        s = c.isSend ? plugin_->isend(c.comm, slotData, c.slotHeads[slot].bytes, tags[1], dataMr,
                                       &r.data)
-                     : plugin_->irecv(c.comm, slotData, slotBytes, tags[1], c.dataMr, &r.data);
+                     : plugin_->irecv(c.comm, slotData, capacity, tags[1], dataMr, &r.data);
         if (!s.isOk()) {
           fail(c, s);
           return true;
@@ -421,11 +524,13 @@ class NetTransport final : public Transport, public ProxyLink {
   void close(NetConn& c) {
     if (c.comm != nullptr) {
       if (c.dataMr != nullptr) (void)plugin_->deregMr(c.comm, c.dataMr);
+      if (c.placedMr != nullptr) (void)plugin_->deregMr(c.comm, c.placedMr);
       if (c.headMr != nullptr) (void)plugin_->deregMr(c.comm, c.headMr);
       (void)(c.isSend ? plugin_->closeSend(c.comm) : plugin_->closeRecv(c.comm));
     }
     if (c.listenComm != nullptr) (void)plugin_->closeListen(c.listenComm);
     c.comm = c.listenComm = nullptr;
+    c.dataMr = c.headMr = c.placedMr = nullptr;
   }
 
   void proxyLoop() {
@@ -476,6 +581,7 @@ class NetTransport final : public Transport, public ProxyLink {
   std::vector<std::unique_ptr<NetConn>> conns_;
   std::thread proxy_;
   std::atomic<bool> stop_{false};
+  bool holding_ = false;  // under mutex_: holdReceives
 };
 
 }  // namespace

@@ -12,8 +12,11 @@
 // tag; a grouped receive (maxRecvs 8, or EXAMPLE_NET_MAX_RECVS from 1 to 8) takes its buffers'
 // messages in whatever order they come, each into the buffer of its tag. Each device reports
 // 10 Gbit/s, or EXAMPLE_NET_SPEED_MBPS (a fused device the sum of its members').
-// EXAMPLE_NET_DMABUF=1 reports dma-buf support: its regMrDmaBuf (v9 and newer) maps the
-// dma-buf and checks that it holds the registered bytes, as a NIC would reach them.
+// EXAMPLE_NET_DMABUF=1: regMrDmaBuf (v9 and newer) maps the dma-buf, checks that it holds the
+// registered bytes and moves sends and receives through that mapping, as a NIC reaches pages,
+// not addresses. EXAMPLE_NET_GDR=1: NCCL_PTR_CUDA registrations of memory it can address (CPU
+// stand-ins for GPU memory in tests, never real GPU memory), whose receives' flushes are
+// requests. exampleNetCounters (a C symbol) counts those registrations and flushes.
 // NET_EXAMPLE_MAX_VERSION (8 to 12) limits the tables it exports.
 #include <arpa/inet.h>
 #include <errno.h>
@@ -112,7 +115,25 @@ struct Listen {
   int fd = -1;
 };
 
-int gMr = 0;  // every registration's handle: sockets need none
+int gMr = 0;  // the handle of every host registration: sockets need none
+
+// A dma-buf registration (its own mapping of the pages) or a "GPU" one.
+struct Mr {
+  char* base;     // the caller's address of the registered bytes
+  char* mapping;  // dma-buf: the pages, mapped by this plugin (else null)
+  size_t mappedBytes;
+  size_t skip;  // of the registered bytes within the mapping
+  bool device;
+};
+unsigned long gDmaBufRegs = 0, gDeviceRegs = 0, gFlushes = 0;
+
+// Where the plugin reaches data registered as mhandle: through its own mapping for a dma-buf.
+void* reach(void* mhandle, void* data) {
+  if (mhandle == nullptr || mhandle == &gMr) return data;
+  auto* mr = static_cast<Mr*>(mhandle);
+  if (mr->mapping == nullptr) return data;
+  return mr->mapping + mr->skip + (static_cast<char*>(data) - mr->base);
+}
 
 void setNonBlocking(int fd) {
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
@@ -172,8 +193,9 @@ void readDevicesOnce() {
   if (gMaxRecvs < 1 || gMaxRecvs > kMaxRecvs) gMaxRecvs = kMaxRecvs;
   const char* speed = getenv("EXAMPLE_NET_SPEED_MBPS");
   gSpeedMbps = speed != nullptr && atoi(speed) > 0 ? atoi(speed) : 10000;
-  const char* dmabuf = getenv("EXAMPLE_NET_DMABUF");
-  gPtrSupport = NCCL_PTR_HOST | (dmabuf != nullptr && atoi(dmabuf) == 1 ? NCCL_PTR_DMABUF : 0);
+  auto on = [](const char* name) { return getenv(name) != nullptr && atoi(getenv(name)) == 1; };
+  gPtrSupport = NCCL_PTR_HOST | (on("EXAMPLE_NET_DMABUF") ? NCCL_PTR_DMABUF : 0) |
+                (on("EXAMPLE_NET_GDR") ? NCCL_PTR_CUDA : 0);
 }
 
 bool badDev(int dev) {
@@ -362,8 +384,14 @@ ncclResult_t exampleAccept(void* listenComm, void** recvComm) {
   return ncclSuccess;
 }
 
-ncclResult_t exampleRegMr(void* comm, void*, size_t, int type, void** mhandle) {
-  if (comm == nullptr || type != NCCL_PTR_HOST) return ncclInternalError;
+ncclResult_t exampleRegMr(void* comm, void* data, size_t, int type, void** mhandle) {
+  if (comm == nullptr) return ncclInternalError;
+  if (type == NCCL_PTR_CUDA && (gPtrSupport & NCCL_PTR_CUDA) != 0 && data != nullptr) {
+    __atomic_add_fetch(&gDeviceRegs, 1, __ATOMIC_RELAXED);
+    *mhandle = new Mr{static_cast<char*>(data), nullptr, 0, 0, true};
+    return ncclSuccess;
+  }
+  if (type != NCCL_PTR_HOST) return ncclInternalError;
   *mhandle = &gMr;
   return ncclSuccess;
 }
@@ -372,7 +400,9 @@ ncclResult_t exampleRegMr(void* comm, void*, size_t, int type, void** mhandle) {
 // be those at data.
 [[maybe_unused]] ncclResult_t exampleRegMrDmaBuf(void* comm, void* data, size_t size, int type,
                                                  uint64_t offset, int fd, void** mhandle) {
-  if (comm == nullptr || type != NCCL_PTR_HOST || (gPtrSupport & NCCL_PTR_DMABUF) == 0 || fd < 0 ||
+  const bool typeOk =
+      type == NCCL_PTR_HOST || (type == NCCL_PTR_CUDA && (gPtrSupport & NCCL_PTR_CUDA) != 0);
+  if (comm == nullptr || !typeOk || (gPtrSupport & NCCL_PTR_DMABUF) == 0 || fd < 0 ||
       data == nullptr || size == 0)
     return ncclInternalError;
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
@@ -384,26 +414,32 @@ ncclResult_t exampleRegMr(void* comm, void*, size_t, int type, void** mhandle) {
                  fd, size, static_cast<unsigned long long>(offset));
     return ncclInvalidArgument;
   }
-  void* map = mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(start));
+  void* map =
+      mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
   if (map == MAP_FAILED) {
     EXAMPLE_WARN("example net plugin: regMrDmaBuf: mapping fd %d: %s", fd, strerror(errno));
     return ncclSystemError;
   }
-  const bool same = memcmp(static_cast<char*>(map) + (offset - start), data, size) == 0;
-  munmap(map, length);
-  if (!same) {
-    EXAMPLE_WARN(
-        "example net plugin: regMrDmaBuf: fd %d at offset %llu does not hold the %zu "
-        "bytes at %p",
-        fd, static_cast<unsigned long long>(offset), size, data);
+  if (memcmp(static_cast<char*>(map) + (offset - start), data, size) != 0) {
+    munmap(map, length);
+    EXAMPLE_WARN("example net plugin: regMrDmaBuf: fd %d at offset %llu is not the %zu bytes at %p",
+                 fd, static_cast<unsigned long long>(offset), size, data);
     return ncclInvalidArgument;
   }
-  *mhandle = &gMr;
+  __atomic_add_fetch(&gDmaBufRegs, 1, __ATOMIC_RELAXED);
+  const size_t skip = static_cast<size_t>(offset - start);
+  *mhandle = new Mr{static_cast<char*>(data), static_cast<char*>(map), length, skip,
+                    type == NCCL_PTR_CUDA};
   return ncclSuccess;
 }
 
 ncclResult_t exampleDeregMr(void*, void* mhandle) {
-  return mhandle == &gMr ? ncclSuccess : ncclInternalError;
+  if (mhandle == &gMr) return ncclSuccess;
+  if (mhandle == nullptr) return ncclInternalError;
+  auto* mr = static_cast<Mr*>(mhandle);
+  if (mr->mapping != nullptr) munmap(mr->mapping, mr->mappedBytes);
+  delete mr;
+  return ncclSuccess;
 }
 
 Request* post(Comm* c, int n, void** data, const size_t* sizes, const int* tags) {
@@ -430,23 +466,27 @@ Request* post(Comm* c, int n, void** data, const size_t* sizes, const int* tags)
   return nullptr;  // all busy: the caller posts again later
 }
 
-ncclResult_t exampleIsend(void* sendComm, void* data, size_t size, int tag, void** request) {
-  *request = post(static_cast<Comm*>(sendComm), 1, &data, &size, &tag);
+ncclResult_t exampleIsend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
+                          void** request) {
+  void* at = reach(mhandle, data);
+  *request = post(static_cast<Comm*>(sendComm), 1, &at, &size, &tag);
   return ncclSuccess;
 }
 
 // Size: int (v8) or size_t.
 template <class Size>
 ncclResult_t exampleIrecv(void* recvComm, int n, void** data, const Size* sizes, const int* tags,
-                          void** request) {
+                          void** mhandles, void** request) {
   *request = nullptr;
   if (n < 1 || n > gMaxRecvs) return ncclInvalidArgument;
   size_t bytes[kMaxRecvs];
+  void* at[kMaxRecvs];
   for (int i = 0; i < n; ++i) {
     if (sizes[i] < 0) return ncclInvalidArgument;
     bytes[i] = static_cast<size_t>(sizes[i]);
+    at[i] = reach(mhandles != nullptr ? mhandles[i] : nullptr, data[i]);
   }
-  *request = post(static_cast<Comm*>(recvComm), n, data, bytes, tags);
+  *request = post(static_cast<Comm*>(recvComm), n, at, bytes, tags);
   return ncclSuccess;
 }
 
@@ -533,9 +573,26 @@ ncclResult_t exampleTest(void* request, int* done, int* sizes) {
   return ncclSuccess;
 }
 
-ncclResult_t exampleIflush(void*, int, void**, int*, void**, void** request) {
-  *request = nullptr;  // host memory only: nothing to flush
-  return ncclSuccess;
+// Host memory needs no flush; "GPU" memory gets a request that is complete when tested.
+ncclResult_t exampleIflush(void* recvComm, int n, void**, int*, void** mhandles, void** request) {
+  *request = nullptr;
+  bool device = false;
+  for (int i = 0; i < n && mhandles != nullptr; ++i)
+    device = device || (mhandles[i] != &gMr && mhandles[i] != nullptr &&
+                        static_cast<Mr*>(mhandles[i])->device);
+  if (!device) return ncclSuccess;
+  Comm* c = static_cast<Comm*>(recvComm);
+  for (Request& r : c->reqs) {
+    if (r.used) continue;
+    r = Request{};  // complete, of no buffer: test() frees it
+    r.comm = c;
+    r.used = r.done = true;
+    r.n = 0;
+    __atomic_add_fetch(&gFlushes, 1, __ATOMIC_RELAXED);
+    *request = &r;
+    return ncclSuccess;
+  }
+  return ncclInternalError;  // more requests than NCCL_NET_MAX_REQUESTS
 }
 
 ncclResult_t exampleClose(void* comm) {
@@ -554,12 +611,10 @@ ncclResult_t exampleCloseListen(void* listenComm) {
 
 // Per-version entry points.
 ncclResult_t initV8(ncclDebugLogger_t log) {
-  gLog = log;
-  return exampleInit();
+  return gLog = log, exampleInit();
 }
 [[maybe_unused]] ncclResult_t initV10(ncclDebugLogger_t log, ncclProfilerCallback_t) {
-  gLog = log;
-  return exampleInit();
+  return gLog = log, exampleInit();
 }
 ncclResult_t propsV8(int dev, ncclNetProperties_v8_t* p) {
   if (badDev(dev)) return ncclInvalidArgument;
@@ -594,26 +649,28 @@ ncclResult_t connectV8(int dev, void* h, void** c, ncclNetDeviceHandle_v8_t**) {
 ncclResult_t acceptAny(void* l, void** c, ncclNetDeviceHandle_v8_t**) {
   return exampleAccept(l, c);
 }
-ncclResult_t isendV8(void* c, void* d, int size, int tag, void*, void** req) {
-  return size < 0 ? ncclInvalidArgument : exampleIsend(c, d, static_cast<size_t>(size), tag, req);
+ncclResult_t isendV8(void* c, void* d, int size, int tag, void* mr, void** req) {
+  return size < 0 ? ncclInvalidArgument
+                  : exampleIsend(c, d, static_cast<size_t>(size), tag, mr, req);
 }
-[[maybe_unused]] ncclResult_t isendV9(void* c, void* d, size_t size, int tag, void*, void** req) {
-  return exampleIsend(c, d, size, tag, req);
-}
-[[maybe_unused]] ncclResult_t isendV10(void* c, void* d, size_t size, int tag, void*, void*,
-                                       void** req) {
-  return exampleIsend(c, d, size, tag, req);
-}
-ncclResult_t irecvV8(void* c, int n, void** d, int* sizes, int* tags, void**, void** req) {
-  return exampleIrecv(c, n, d, sizes, tags, req);
-}
-[[maybe_unused]] ncclResult_t irecvV9(void* c, int n, void** d, size_t* sizes, int* tags, void**,
+[[maybe_unused]] ncclResult_t isendV9(void* c, void* d, size_t size, int tag, void* mr,
                                       void** req) {
-  return exampleIrecv(c, n, d, sizes, tags, req);
+  return exampleIsend(c, d, size, tag, mr, req);
 }
-[[maybe_unused]] ncclResult_t irecvV10(void* c, int n, void** d, size_t* sizes, int* tags, void**,
-                                       void**, void** req) {
-  return exampleIrecv(c, n, d, sizes, tags, req);
+[[maybe_unused]] ncclResult_t isendV10(void* c, void* d, size_t size, int tag, void* mr, void*,
+                                       void** req) {
+  return exampleIsend(c, d, size, tag, mr, req);
+}
+ncclResult_t irecvV8(void* c, int n, void** d, int* sizes, int* tags, void** mrs, void** req) {
+  return exampleIrecv(c, n, d, sizes, tags, mrs, req);
+}
+[[maybe_unused]] ncclResult_t irecvV9(void* c, int n, void** d, size_t* sizes, int* tags,
+                                      void** mrs, void** req) {
+  return exampleIrecv(c, n, d, sizes, tags, mrs, req);
+}
+[[maybe_unused]] ncclResult_t irecvV10(void* c, int n, void** d, size_t* sizes, int* tags,
+                                       void** mrs, void**, void** req) {
+  return exampleIrecv(c, n, d, sizes, tags, mrs, req);
 }
 
 // v11: the network is initialised with a context, which listen and connect get back. This
@@ -729,5 +786,14 @@ __attribute__((visibility("default"))) ncclNet_v12_t ncclNetPlugin_v12 = {
     exampleCloseListen, nullptr,        nullptr,        makeVDeviceV12,
     finalizeV11,        nullptr};
 #endif
+
+// For tests: the dma-buf and "GPU" registrations and the flushes so far.
+__attribute__((visibility("default"))) void exampleNetCounters(unsigned long* dmabufRegs,
+                                                               unsigned long* deviceRegs,
+                                                               unsigned long* flushes) {
+  *dmabufRegs = __atomic_load_n(&gDmaBufRegs, __ATOMIC_RELAXED);
+  *deviceRegs = __atomic_load_n(&gDeviceRegs, __ATOMIC_RELAXED);
+  *flushes = __atomic_load_n(&gFlushes, __ATOMIC_RELAXED);
+}
 
 }  // extern "C"
