@@ -251,6 +251,8 @@ class SendConnector {
   uint32_t nslots() const { return nslots_; }
   uint64_t posted() const { return tail_; }
   uint64_t sent() const { return header_->head.load(std::memory_order_acquire); }
+  // Whether the transport stopped sending (its send failed): no more slots will be sent.
+  bool stopped() const { return header_->peerClosed.load(std::memory_order_acquire) != 0; }
   // Publishes the slot returned by acquire holding `bytes` bytes of the call `tag`.
   void post(size_t bytes, const CallTag& tag = CallTag{}) {
     SlotInfo& info = header_->slots[tail_ % nslots_];

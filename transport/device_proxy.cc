@@ -35,7 +35,8 @@ Status DeviceProxy::place(ProxyLink* proxy, const void* hostFifo, uint32_t hostS
     return internalError("%s: the memory to place is not the device FIFO's slots", what.c_str());
   // Slot i of the host FIFO must be slot i of the kernel's: the same number of slots and
   // counts that differ by a multiple of it (both start at 0 on a fresh link).
-  if (mem != nullptr && (hostSlots != fifo.nslots || (devCount - hostCount) % fifo.nslots != 0))
+  if (mem != nullptr &&
+      (hostSlots != fifo.nslots || devCount % fifo.nslots != hostCount % fifo.nslots))
     mem = nullptr;
   Result<bool> r = proxy->placeSlots(hostFifo, mem);
   if (!r.isOk()) return r.status().withContext(what);
@@ -106,6 +107,10 @@ bool DeviceProxy::moveSend(SendLink& l) {
     if (sent > dev::loadAcquire(l.fifo.head)) {
       dev::storeRelease(l.fifo.head, sent);
       moved = true;
+    } else if (l.host->sent() < l.host->posted()) {
+      // The kernel may wait for these slots: drive the sends rather than wait for the
+      // transport's proxy to wake.
+      l.host->proxy()->tryProgress(nullptr);
     }
   }
   return moved;
@@ -228,7 +233,8 @@ std::string DeviceProxy::closedLink() const {
 
 bool DeviceProxy::sendsPending() const {
   for (const SendLink& l : sends_)
-    if (l.done < dev::loadAcquire(l.fifo.tail) || (l.placed && l.host->sent() < l.host->posted()))
+    if (l.done < dev::loadAcquire(l.fifo.tail) ||
+        (l.placed && l.host->sent() < l.host->posted() && !l.host->stopped()))
       return true;
   return false;
 }

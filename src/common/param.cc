@@ -96,7 +96,7 @@ const std::vector<ParamDef> kParams = {
     {"NET_PLACE_SLOTS", ParamType::kInt, "1",
      "1: device links through a net plugin send from and receive into the device FIFO's own "
      "memory where the plugin reaches it (host memory; GPU memory with NCCL_PTR_CUDA), so the "
-     "proxy copies nothing; 0: through the transport's own buffers",
+     "proxy copies no Simple slot; 0: through the transport's own buffers",
      false},
     {"IB_DISABLE", ParamType::kInt, "0",
      "1: never use the InfiniBand/RoCE network (Chorus's verbs transport), even where HCAs are "

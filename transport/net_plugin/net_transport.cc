@@ -75,6 +75,8 @@ struct NetConn {
     bool headDone = false;
     bool dataDone = false;
     bool flushed = false;
+    size_t headBytes = sizeof(SlotInfo);  // as received (grouped)
+    size_t got = 0;                       // the data's bytes, as sent or received
   } reqs[kInFlight];
   bool failed = false;
   char* slot(uint64_t i, size_t slotBytes) const {
@@ -111,7 +113,8 @@ class NetTransport final : public Transport, public ProxyLink {
       if (conn->fifo == fifo) c = conn.get();
     if (c == nullptr) return internalError("net plugin transport: no connection has that FIFO");
     c->held = false;
-    if (mem == nullptr || c->placed || c->posted != 0 || paramInt("NET_PLACE_SLOTS") == 0 ||
+    if (mem == nullptr || c->placed || c->posted != 0 ||
+        c->fifo->tail.load(std::memory_order_acquire) != 0 || paramInt("NET_PLACE_SLOTS") == 0 ||
         mem->nslots != ctx_.geometry.nslots || mem->slotBytes == 0 ||
         mem->slotBytes > ctx_.geometry.slotBytes || mem->data == nullptr)
       return false;
@@ -320,6 +323,8 @@ class NetTransport final : public Transport, public ProxyLink {
       return;
     }
     LOG_WARN(kSubsysNet, "%s", st.message().c_str());
+    // Nothing more leaves: a party waiting for its slots to be sent stops waiting.
+    c.fifo->peerClosed.store(1, std::memory_order_release);
     ctx_.errors->reportAsyncError(remoteError("%s", st.message().c_str()));
   }
 
@@ -384,8 +389,9 @@ class NetTransport final : public Transport, public ProxyLink {
     while (c.done < c.posted) {
       NetConn::Req& r = c.reqs[c.done % kInFlight];
       const uint64_t slot = c.done % nslots;
-      size_t headBytes = sizeof(SlotInfo), got = 0;
-      if (c.grouped) {
+      // A request is tested until it completes, never after (the plugin may reuse it): what
+      // it gave is kept in r while a flush is waited for.
+      if (c.grouped && !r.headDone) {
         size_t sizes[2] = {0, 0};
         Status s = plugin_->testGroup(r.head, 2, &r.headDone, sizes);
         if (!s.isOk()) {
@@ -393,9 +399,9 @@ class NetTransport final : public Transport, public ProxyLink {
           return true;
         }
         if (!r.headDone) break;
-        headBytes = sizes[0];
-        got = sizes[1];
-      } else {
+        r.headBytes = sizes[0];
+        r.got = sizes[1];
+      } else if (!c.grouped && !r.dataDone) {
         if (!r.headDone) {
           Status s = plugin_->test(r.head, &r.headDone, nullptr);
           if (!s.isOk()) {
@@ -404,13 +410,14 @@ class NetTransport final : public Transport, public ProxyLink {
           }
           if (!r.headDone) break;
         }
-        Status s = plugin_->test(r.data, &r.dataDone, &got);
+        Status s = plugin_->test(r.data, &r.dataDone, &r.got);
         if (!s.isOk()) {
           fail(c, s);
           return true;
         }
         if (!r.dataDone) break;
       }
+      const size_t got = r.got;
       if (!c.isSend && c.placed && c.place.device && !r.flushed) {
         // What the network wrote into GPU memory reaches the GPU before the kernel reads it.
         if (r.flush == nullptr) {
@@ -434,9 +441,10 @@ class NetTransport final : public Transport, public ProxyLink {
       }
       const size_t capacity = c.placed ? c.place.slotBytes : slotBytes;
       if (!c.isSend &&
-          (headBytes != sizeof(SlotInfo) || got != c.slotHeads[slot].bytes || got > capacity)) {
-        fail(c, internalError("a message of %zu bytes where its header (%zu bytes) said %llu", got,
-                              headBytes, static_cast<unsigned long long>(c.slotHeads[slot].bytes)));
+          (r.headBytes != sizeof(SlotInfo) || got != c.slotHeads[slot].bytes || got > capacity)) {
+        fail(c,
+             internalError("a message of %zu bytes where its header (%zu bytes) said %llu", got,
+                           r.headBytes, static_cast<unsigned long long>(c.slotHeads[slot].bytes)));
         return true;
       }
       r = NetConn::Req{};

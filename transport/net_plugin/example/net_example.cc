@@ -16,8 +16,8 @@
 // registered bytes and moves sends and receives through that mapping, as a NIC reaches pages,
 // not addresses. EXAMPLE_NET_GDR=1: NCCL_PTR_CUDA registrations of memory it can address (CPU
 // stand-ins for GPU memory in tests, never real GPU memory), whose receives' flushes are
-// requests. exampleNetCounters (a C symbol) counts those registrations and flushes.
-// NET_EXAMPLE_MAX_VERSION (8 to 12) limits the tables it exports.
+// requests done at their second test. exampleNetCounters (a C symbol) counts those registrations
+// and flushes. NET_EXAMPLE_MAX_VERSION (8 to 12) limits the tables it exports.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -119,19 +119,17 @@ int gMr = 0;  // the handle of every host registration: sockets need none
 
 // A dma-buf registration (its own mapping of the pages) or a "GPU" one.
 struct Mr {
-  char* base;     // the caller's address of the registered bytes
-  char* mapping;  // dma-buf: the pages, mapped by this plugin (else null)
-  size_t mappedBytes;
-  size_t skip;  // of the registered bytes within the mapping
+  char* base;                // the caller's address of the registered bytes
+  char* mapping;             // dma-buf: the pages, mapped by this plugin (else null)
+  size_t mappedBytes, skip;  // the mapping's length; the registered bytes' offset in it
   bool device;
 };
 unsigned long gDmaBufRegs = 0, gDeviceRegs = 0, gFlushes = 0;
 
 // Where the plugin reaches data registered as mhandle: through its own mapping for a dma-buf.
 void* reach(void* mhandle, void* data) {
-  if (mhandle == nullptr || mhandle == &gMr) return data;
-  auto* mr = static_cast<Mr*>(mhandle);
-  if (mr->mapping == nullptr) return data;
+  auto* mr = mhandle == &gMr ? nullptr : static_cast<Mr*>(mhandle);
+  if (mr == nullptr || mr->mapping == nullptr) return data;
   return mr->mapping + mr->skip + (static_cast<char*>(data) - mr->base);
 }
 
@@ -561,6 +559,7 @@ ncclResult_t exampleTest(void* request, int* done, int* sizes) {
     if (!front->done) break;
     c->queue.pop_front();
   }
+  if (r->n == 0) r->done = ++r->cur >= 2;  // a flush: complete at its second test
   if (!r->done) {
     if (c->broken) return ncclSystemError;
     *done = 0;
@@ -584,9 +583,9 @@ ncclResult_t exampleIflush(void* recvComm, int n, void**, int*, void** mhandles,
   Comm* c = static_cast<Comm*>(recvComm);
   for (Request& r : c->reqs) {
     if (r.used) continue;
-    r = Request{};  // complete, of no buffer: test() frees it
+    r = Request{};  // of no buffer: test() completes it
     r.comm = c;
-    r.used = r.done = true;
+    r.used = true;
     r.n = 0;
     __atomic_add_fetch(&gFlushes, 1, __ATOMIC_RELAXED);
     *request = &r;
