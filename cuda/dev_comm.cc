@@ -90,6 +90,13 @@ void CudaDeviceComm::release() {
   commDev_ = nullptr;
   for (void* p : hostRegions_) cudaFreeHost(p);
   hostRegions_.clear();
+  // The network let go of placed slots when the proxy stopped.
+  for (const auto& g : gpuSlotRegions_) {
+    if (g.second >= 0) close(g.second);
+    cudaFree(g.first);
+  }
+  gpuSlotRegions_.clear();
+  gdr_.clear();
   if (abortHost_ != nullptr) cudaFreeHost(abortHost_);
   abortHost_ = nullptr;
   errorHost_ = nullptr;
@@ -274,11 +281,12 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
     const bool exported = !recvVia && (before.pid != me.pid || before.hostId != me.hostId);
     const size_t regionBytes = allocationBytes(layout.totalBytes(), exported);
     if (recvVia) {
-      if (local.ok() &&
-          allocMapped(layout.totalBytes(), nullptr,
-                      formatString("rank %d: receive FIFOs from rank %d", rank_, prev), &local,
-                      &recvViaHost_))
+      const std::string what = formatString("rank %d: receive FIFOs from rank %d", rank_, prev);
+      if (local.ok() && allocMapped(layout.totalBytes(), nullptr, what, &local, &recvViaHost_)) {
         recvRegion_ = recvViaHost_.dev;
+        const NetGdr& gdr = gdrFor(s, prev, &local);
+        if (gdr.recv) gpuSlots(layout, gdr.dmabufOnly, what, &local, &recvViaHost_);
+      }
     } else if (local.ok() &&
                local.cuda(cudaMalloc(reinterpret_cast<void**>(&recvRegion_), regionBytes),
                           formatString("rank %d: cudaMalloc of %zu bytes of receive FIFOs", rank_,
@@ -287,11 +295,13 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
       local.cuda(cudaMemsetAsync(recvRegion_, 0, regionBytes, setup), "cudaMemsetAsync") &&
           local.cuda(cudaStreamSynchronize(setup), "cudaStreamSynchronize");
     }
+    const std::string sendWhat = formatString("rank %d: send FIFOs to rank %d", rank_, next);
     if (sendVia && local.ok() &&
-        allocMapped(layout.totalBytes(), &layout,
-                    formatString("rank %d: send FIFOs to rank %d", rank_, next), &local,
-                    &sendViaHost_))
+        allocMapped(layout.totalBytes(), &layout, sendWhat, &local, &sendViaHost_)) {
       sendRegion_ = sendViaHost_.dev;
+      const NetGdr& gdr = gdrFor(s, next, &local);
+      if (gdr.send) gpuSlots(layout, gdr.dmabufOnly, sendWhat, &local, &sendViaHost_);
+    }
 
     RegionInfo mine{};
     mine.owner = me;
@@ -350,7 +360,9 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
         host.channels[c].send[p] = sendViaHost_.valid()
                                        ? sendViaHost_.kernelFifo(layout, c, p, steps)
                                        : layout.fifo(sendRegion_, c, p, steps);
-        host.channels[c].recv[p] = layout.fifo(recvRegion_, c, p, steps + 1);
+        host.channels[c].recv[p] = recvViaHost_.valid()
+                                       ? recvViaHost_.kernelFifo(layout, c, p, steps + 1)
+                                       : layout.fifo(recvRegion_, c, p, steps + 1);
       }
     if (local.cuda(cudaMalloc(reinterpret_cast<void**>(&ringRanksDev_), sizeof(int32_t) * n),
                    "cudaMalloc") &&

@@ -18,6 +18,7 @@
 #include "topo/topology.h"
 #include "transport/connector.h"
 #include "transport/device_path.h"
+#include "transport/net_plugin/net_gdr.h"
 
 namespace chorus {
 namespace dev {
@@ -81,6 +82,9 @@ struct DeviceCommSetup {
   ConnectHostFn connectHost;
   // Told this rank's GPU's bus id once it is known, before the first connectHost.
   std::function<void(const std::string& busId)> gpuFound;
+  // After gpuFound: whether the FIFOs of links to `peer` through host connectors may sit in
+  // GPU memory, the network moving their Simple slots in place (GPUDirect RDMA); null: never.
+  std::function<Result<NetGdr>(int peer)> gpuDirect;
 };
 
 class DeviceComm {

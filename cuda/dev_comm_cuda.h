@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -154,23 +155,33 @@ inline size_t allocationBytes(size_t bytes, bool exported) {
 // A region in mapped pinned host memory: its address on the host (the proxy's) and on the
 // device (the kernels'); for a sender's own FIFOs also their slot sizes, per channel, protocol
 // and slot.
+// With gpu set, the Simple slots are in GPU memory laid out the same way instead (GPUDirect
+// RDMA: the network moves them in place, the proxy only counters and sizes), exported as the
+// dma-buf gpuFd where the driver did.
 struct MappedRegion {
   char* host = nullptr;
   char* dev = nullptr;
   uint32_t* sizesHost = nullptr;
   uint32_t* sizesDev = nullptr;
   uint32_t sizesPerFifo = 0;
+  char* gpu = nullptr;
+  int gpuFd = -1;
   bool valid() const { return host != nullptr; }
   // The FIFO of channel c and protocol p laid out as `layout`, as the kernel sees it (with the
   // kernel's own step) or as the proxy does.
   Fifo kernelFifo(const RegionLayout& layout, int c, int p, uint64_t* step) const {
     Fifo f = layout.fifo(dev, c, p, step);
     if (sizesDev != nullptr) f.sizes = sizesDev + (c * kNumProtos + p) * sizesPerFifo;
-    return f;
+    return inGpu(layout, c, p, f);
   }
   Fifo proxyFifo(const RegionLayout& layout, int c, int p) const {
     Fifo f = layout.fifo(host, c, p, nullptr);
     if (sizesHost != nullptr) f.sizes = sizesHost + (c * kNumProtos + p) * sizesPerFifo;
+    return inGpu(layout, c, p, f);
+  }
+  Fifo inGpu(const RegionLayout& layout, int c, int p, Fifo f) const {
+    if (gpu != nullptr && p == static_cast<int>(Proto::kSimple))
+      f.slots = gpu + layout.fifoOffset(c, p);
     return f;
   }
 };
@@ -220,6 +231,14 @@ class CudaDeviceComm final : public DeviceComm {
   // slot size per FIFO slot of layout. False (noted in local) when it could not be had.
   bool allocMapped(size_t bytes, const RegionLayout* sizesOf, const std::string& what,
                    SetupFailure* local, MappedRegion* out);
+  // GPUDirect RDMA for the links to `peer` through host connectors (s.gpuDirect), asked once
+  // per peer and logged; none after a failure.
+  const NetGdr& gdrFor(const DeviceCommSetup& s, int peer, SetupFailure* local);
+  // Moves the Simple slots of `r` (laid out as layout) into GPU memory, exported as a dma-buf
+  // where the driver does; false, r left in host memory, where the network needs a dma-buf
+  // (dmabufOnly) that the driver does not give or GPU memory could not be had.
+  bool gpuSlots(const RegionLayout& layout, bool dmabufOnly, const std::string& what,
+                SetupFailure* local, MappedRegion* r);
   // Host connectors of the ring channels whose link to the successor (sendVia) or from the
   // predecessor (recvVia) goes through host memory, joined to this rank's FIFOs by the proxy.
   Status connectRingViaHost(const DeviceCommSetup& s, int prev, int next, bool sendVia,
@@ -305,6 +324,9 @@ class CudaDeviceComm final : public DeviceComm {
   uint32_t* abortHost_ = nullptr;  // mapped pinned host memory
   uint32_t* errorHost_ = nullptr;
   std::vector<void*> hostRegions_;  // mapped pinned host memory (cudaFreeHost at the end)
+  // GPU memory holding network-placed Simple slots and its dma-buf descriptors (-1: none).
+  std::vector<std::pair<void*, int>> gpuSlotRegions_;
+  std::map<int, NetGdr> gdr_;  // gdrFor, by peer
   // Moves the slots of links through host memory (null: none); stopped before they are freed.
   std::unique_ptr<DeviceProxy> proxy_;
   // Recorded after this communicator's last launch: a launch on another stream waits for it,

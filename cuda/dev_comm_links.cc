@@ -2,6 +2,9 @@
 // GPU memory (mapped by the sender within a process, through CUDA IPC across processes), and
 // for pairs without a P2P path FIFOs in mapped pinned host memory that a proxy thread joins
 // through the communicator's host transports.
+#include <cuda.h>  // the driver API's types only: its entry points come through the runtime
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "cuda/dev_comm_cuda.h"
@@ -11,21 +14,91 @@ namespace dev {
 namespace cuda_comm {
 
 namespace {
-// A proxied Simple FIFO's slots (mapped host memory), which a network may send from and
-// receive into in place (DeviceProxy's place); LL lines are not offered.
+// A proxied Simple FIFO's slots (mapped host memory, or GPU memory where the region has it),
+// which a network may send from and receive into in place (DeviceProxy's place); LL lines
+// are not offered.
 struct Placement {
   SlotMemory mem;
   const SlotMemory* get() const { return mem.data != nullptr ? &mem : nullptr; }
 };
-Placement placementOf(const Fifo& f, int proto) {
+Placement placementOf(const MappedRegion& r, const Fifo& f, int proto) {
   Placement p;
   if (proto != static_cast<int>(Proto::kSimple)) return p;
   p.mem.data = f.slots;
   p.mem.nslots = f.nslots;
   p.mem.slotBytes = f.slotBytes;
+  if (r.gpu != nullptr) {
+    p.mem.device = true;
+    p.mem.dmabufFd = r.gpuFd;
+    p.mem.dmabufOffset = static_cast<uint64_t>(f.slots - r.gpu);
+  }
   return p;
 }
+
+// A dma-buf of GPU memory [p, p + bytes) (cuMemGetHandleForAddressRange, CUDA 11.7 and newer,
+// reached through the runtime so that Chorus links no libcuda); -1 where the driver gives none.
+int exportDmaBuf(void* p, size_t bytes) {
+  using GetHandle =
+      CUresult (*)(void*, CUdeviceptr, size_t, CUmemRangeHandleType, unsigned long long);
+  static const GetHandle getHandle = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &fn, 11070,
+                                         cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return static_cast<GetHandle>(nullptr);
+    }
+    return reinterpret_cast<GetHandle>(fn);
+  }();
+  const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  if (getHandle == nullptr || reinterpret_cast<uintptr_t>(p) % page != 0 || bytes % page != 0)
+    return -1;
+  int fd = -1;
+  if (getHandle(&fd, reinterpret_cast<CUdeviceptr>(p), bytes, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD,
+                0) != CUDA_SUCCESS)
+    return -1;
+  return fd;
+}
 }  // namespace
+
+const NetGdr& CudaDeviceComm::gdrFor(const DeviceCommSetup& s, int peer, SetupFailure* local) {
+  auto it = gdr_.find(peer);
+  if (it != gdr_.end()) return it->second;
+  NetGdr g;
+  if (!s.gpuDirect) {
+    g.why = "no network transport";
+  } else if (local->ok()) {
+    Result<NetGdr> r = s.gpuDirect(peer);
+    if (local->note(r.status())) g = r.value();
+  }
+  LOG_INFO(kSubsysInit, "rank %d: device links with rank %d through the network: %s", rank_, peer,
+           g.why.c_str());
+  return gdr_.emplace(peer, g).first->second;
+}
+
+bool CudaDeviceComm::gpuSlots(const RegionLayout& layout, bool dmabufOnly, const std::string& what,
+                              SetupFailure* local, MappedRegion* r) {
+  // Whole 2 MiB granules: page-aligned, as a dma-buf's range must be.
+  const size_t bytes = allocationBytes(layout.totalBytes(), true);
+  char* mem = nullptr;
+  if (!local->cuda(cudaMalloc(reinterpret_cast<void**>(&mem), bytes),
+                   formatString("%s: cudaMalloc of %zu bytes of GPU slots", what.c_str(), bytes)))
+    return false;
+  const int fd = exportDmaBuf(mem, bytes);
+  if (fd < 0 && dmabufOnly) {
+    cudaFree(mem);
+    LOG_INFO(kSubsysInit,
+             "%s: the network takes GPU memory only as a dma-buf, which the driver does not "
+             "export here: slots in host memory",
+             what.c_str());
+    return false;
+  }
+  gpuSlotRegions_.emplace_back(mem, fd);
+  r->gpu = mem;
+  r->gpuFd = fd;
+  return true;
+}
 
 Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
                                     const std::vector<DeviceEndpoint>& ends,
@@ -80,11 +153,13 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
       info.region.owner = me;
       info.region.layout = layout;
       info.region.viaHost = 1;
-      if (local->ok() && allocMapped(layout.totalBytes(), nullptr,
-                                     formatString("rank %d: receive FIFO from rank %d", rank_, p),
-                                     local, &peerRecvViaHost_[static_cast<size_t>(p)])) {
-        peerRecv_[static_cast<size_t>(p)] = peerRecvViaHost_[static_cast<size_t>(p)].dev;
-        info.region.usable = 1;
+      MappedRegion& in = peerRecvViaHost_[static_cast<size_t>(p)];
+      const std::string what = formatString("rank %d: receive FIFO from rank %d", rank_, p);
+      if (local->ok() && allocMapped(layout.totalBytes(), nullptr, what, local, &in)) {
+        const NetGdr& gdr = gdrFor(s, p, local);
+        if (gdr.recv) gpuSlots(layout, gdr.dmabufOnly, what, local, &in);
+        peerRecv_[static_cast<size_t>(p)] = in.dev;
+        info.region.usable = local->ok() ? 1 : 0;
       }
     } else if (!isP2p(path.kind)) {
       snprintf(info.reason, sizeof info.reason, "%s: %s", devicePathName(path.kind),
@@ -136,9 +211,12 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
     }
     if (via) {
       MappedRegion& out = peerSendViaHost_[static_cast<size_t>(p)];
-      if (allocMapped(layout.totalBytes(), &layout,
-                      formatString("rank %d: send FIFO to rank %d", rank_, p), local, &out))
+      const std::string what = formatString("rank %d: send FIFO to rank %d", rank_, p);
+      if (allocMapped(layout.totalBytes(), &layout, what, local, &out)) {
+        const NetGdr& gdr = gdrFor(s, p, local);
+        if (gdr.send) gpuSlots(layout, gdr.dmabufOnly, what, local, &out);
         peerSend_[static_cast<size_t>(p)] = out.dev;
+      }
       continue;
     }
     bool ipc = false;
@@ -165,10 +243,10 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
                                               rank_, p, protoName(static_cast<Proto>(q)));
         const Fifo outFifo = out.proxyFifo(layout, part, q), inFifo = in.proxyFifo(layout, part, q);
         local->note(proxy_->addSend(outFifo, links.send[static_cast<size_t>(p)], "send " + what,
-                                    placementOf(outFifo, q).get())) &&
+                                    placementOf(out, outFifo, q).get())) &&
             local->note(proxy_->addRecv(links.recv[static_cast<size_t>(p)], inFifo,
                                         static_cast<Proto>(q), "receive " + what,
-                                        placementOf(inFifo, q).get()));
+                                        placementOf(in, inFifo, q).get()));
       }
     }
   }
@@ -184,7 +262,10 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
               peerSendViaHost_[static_cast<size_t>(p)].kernelFifo(layout, part, q, steps);
         else if (char* out = peerSend_[static_cast<size_t>(p)])
           link.send[q] = layout.fifo(out, part, q, steps);
-        if (char* in = peerRecv_[static_cast<size_t>(p)])
+        if (peerRecvViaHost_[static_cast<size_t>(p)].valid())
+          link.recv[q] =
+              peerRecvViaHost_[static_cast<size_t>(p)].kernelFifo(layout, part, q, steps + 1);
+        else if (char* in = peerRecv_[static_cast<size_t>(p)])
           link.recv[q] = layout.fifo(in, part, q, steps + 1);
       }
   return Status::ok();
@@ -237,7 +318,7 @@ Status CudaDeviceComm::connectRingViaHost(const DeviceCommSetup& s, int prev, in
         if (!local->note(proxy_->addSend(
                 f, links.send[static_cast<size_t>(next)],
                 formatString("ring channel %d from rank %d to rank %d, %s", c, rank_, next, proto),
-                placementOf(f, p).get())))
+                placementOf(sendViaHost_, f, p).get())))
           continue;
       }
       if (recvVia && recvViaHost_.valid()) {
@@ -245,7 +326,7 @@ Status CudaDeviceComm::connectRingViaHost(const DeviceCommSetup& s, int prev, in
         local->note(proxy_->addRecv(
             links.recv[static_cast<size_t>(prev)], f, static_cast<Proto>(p),
             formatString("ring channel %d from rank %d to rank %d, %s", c, prev, rank_, proto),
-            placementOf(f, p).get()));
+            placementOf(recvViaHost_, f, p).get()));
       }
     }
   }

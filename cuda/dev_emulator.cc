@@ -174,7 +174,9 @@ void EmuClique::bridge(FifoMemory& local, FifoMemory& remote, int sender, int re
   for (int p = 0; p < kNumProtos; ++p) {
     SendConnector* send = nullptr;
     RecvConnector* recv = nullptr;
-    if (!g.hostLinks || !g.hostLinks(sender, receiver, channel, p, &send, &recv)) {
+    // A FIFO of the clique's own has no network to place GPU memory.
+    const bool supplied = g.hostLinks && g.hostLinks(sender, receiver, channel, p, &send, &recv);
+    if (!supplied) {
       hostFifos_.push_back(std::make_unique<HostFifo>(FifoGeometry{g.nslots[p], g.slotBytes[p]}));
       send = &hostFifos_.back()->send;
       recv = &hostFifos_.back()->recv;
@@ -186,17 +188,18 @@ void EmuClique::bridge(FifoMemory& local, FifoMemory& remote, int sender, int re
     const Fifo out = fifoView(local, p, &local.sendStep[p], g);
     const Fifo in = fifoView(remote, p, &remote.recvStep[p], g);
     const bool place = g.placeSimple && p == static_cast<int>(Proto::kSimple);
-    auto memoryOf = [&](const Fifo& f, const FifoMemory& m) {
+    auto memoryOf = [&](const Fifo& f, const FifoMemory& m, int rank, int peer, bool send) {
       SlotMemory mem;
       mem.data = f.slots;
       mem.nslots = f.nslots;
       mem.slotBytes = f.slotBytes;
-      mem.device = g.deviceSlots;
+      mem.device = place && supplied && g.gpuMemory && g.gpuMemory(rank, peer, send);
       mem.dmabufFd = m.fd;
       mem.dmabufOffset = m.mapping != nullptr ? static_cast<uint64_t>(f.slots - m.mapping) : 0;
       return mem;
     };
-    const SlotMemory outMem = memoryOf(out, local), inMem = memoryOf(in, remote);
+    const SlotMemory outMem = memoryOf(out, local, sender, receiver, true),
+                     inMem = memoryOf(in, remote, receiver, sender, false);
     Status s =
         proxies_[static_cast<size_t>(sender)]->addSend(out, send, name, place ? &outMem : nullptr);
     if (s.isOk())

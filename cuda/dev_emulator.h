@@ -53,10 +53,15 @@ struct EmuGeometry {
   // Proxied links: the Simple slots of both ends are offered to the host connectors'
   // transport to move data from and into in place (DeviceProxy::addSend/addRecv's place), as a
   // device communicator offers its FIFOs; in memfd memory offered as a dma-buf when
-  // dmabufSlots, and as GPU memory when deviceSlots (host memory standing in for it).
+  // dmabufSlots.
   bool placeSimple = false;
   bool dmabufSlots = false;
-  bool deviceSlots = false;
+  // Which ends' Simple slots are offered as GPU memory (host memory standing in for it): the
+  // sender's of the link sender -> receiver when gpuMemory(sender, receiver, true), the
+  // receiver's when gpuMemory(receiver, sender, false), as a device communicator asks its
+  // transport (Transport::gpuDirect) where to put them; links through hostLinks only. Null:
+  // host memory.
+  std::function<bool(int rank, int peer, bool send)> gpuMemory;
 };
 
 // Host memory for the FIFOs of nranks ranks in a ring 0 -> 1 -> ... -> nranks-1 -> 0 (or the

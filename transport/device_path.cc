@@ -36,7 +36,8 @@ constexpr const char* kLevelNames[] = {"LOC", "NVL", "PIX", "PXB", "PHB", "SYS"}
 constexpr P2pLevel kLegacyLevels[] = {P2pLevel::kLoc, P2pLevel::kPix, P2pLevel::kPxb,
                                       P2pLevel::kPhb, P2pLevel::kSys, P2pLevel::kSys};
 
-// The farthest PCI distance at which a level allows peer-to-peer over PCIe.
+}  // namespace
+
 PciDistance farthestPcieDistance(P2pLevel level) {
   switch (level) {
     case P2pLevel::kLoc:
@@ -53,6 +54,8 @@ PciDistance farthestPcieDistance(P2pLevel level) {
   }
   return PciDistance::kSelf;
 }
+
+namespace {
 
 std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t");

@@ -28,6 +28,8 @@ const char* devicePathName(DevicePathKind kind);
 // PHB covers NODE too (NCCL counts any path through one NUMA node's CPU as PHB).
 enum class P2pLevel { kLoc, kNvl, kPix, kPxb, kPhb, kSys };
 const char* p2pLevelName(P2pLevel level);  // "LOC", "NVL", ...
+// The farthest PCI distance at which a level allows a path over PCIe (kSelf: none).
+PciDistance farthestPcieDistance(P2pLevel level);
 
 // What a rank tells its peers about where it runs; exchanged as bytes, hence POD.
 struct DeviceEndpoint {

@@ -29,7 +29,15 @@ Status DeviceProxy::place(ProxyLink* proxy, const void* hostFifo, uint32_t hostS
                           const SlotMemory* mem, const std::string& what, bool* placed,
                           uint64_t* offset) {
   *placed = false;
-  if (proxy == nullptr) return Status::ok();
+  // The proxy copies only host memory: GPU memory must be the network's to move.
+  const bool gpu = mem != nullptr && mem->device;
+  auto refused = [&] {
+    return internalError(
+        "%s: the device FIFO's slots are in GPU memory, which the network did not take in place "
+        "(the proxy copies host memory only)",
+        what.c_str());
+  };
+  if (proxy == nullptr) return gpu ? refused() : Status::ok();
   if (mem != nullptr &&
       (mem->data != fifo.slots || mem->nslots != fifo.nslots || mem->slotBytes != fifo.slotBytes))
     return internalError("%s: the memory to place is not the device FIFO's slots", what.c_str());
@@ -41,6 +49,7 @@ Status DeviceProxy::place(ProxyLink* proxy, const void* hostFifo, uint32_t hostS
   Result<bool> r = proxy->placeSlots(hostFifo, mem);
   if (!r.isOk()) return r.status().withContext(what);
   *placed = r.value();
+  if (gpu && !*placed) return refused();
   *offset = devCount - hostCount;
   if (*placed) ++placed_;
   return Status::ok();
@@ -74,7 +83,10 @@ Status DeviceProxy::addRecv(RecvConnector* host, const dev::Fifo& fifo, dev::Pro
     return internalError("%s: no host connector to take slots from", what.c_str());
   RecvLink l{host, fifo, proto, what};
   l.done = dev::loadAcquire(fifo.tail);
-  // LL lines are copied in halves (above): never placed.
+  // LL lines are copied in halves (above): never placed, never in GPU memory.
+  if (proto != dev::Proto::kSimple && mem != nullptr && mem->device)
+    return internalError("%s: LL lines in GPU memory cannot be delivered by the proxy",
+                         what.c_str());
   CHORUS_TRY(place(host->proxy(), host->fifo(), host->nslots(), host->released(), fifo, l.done,
                    proto == dev::Proto::kSimple ? mem : nullptr, what, &l.placed, &l.offset));
   recvs_.push_back(l);

@@ -47,6 +47,8 @@ class DeviceProxy {
   // flag before its datum. With `place` (Simple only), the transport is asked to receive into
   // the kernel's slots themselves; where it does, a slot goes back to the network when the
   // kernel releases it. Without, a transport holding receives for a placement is let go.
+  // For both: slots in GPU memory (place->device) that the transport does not take are an
+  // error, since the proxy copies host memory only.
   Status addRecv(RecvConnector* host, const dev::Fifo& fifo, dev::Proto proto,
                  const std::string& what, const SlotMemory* place = nullptr);
   size_t links() const { return sends_.size() + recvs_.size(); }

@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "common/wait.h"
 #include "transport/connector.h"
+#include "transport/net_plugin/net_gdr.h"
 
 namespace chorus {
 
@@ -110,6 +111,14 @@ class Transport {
   // ProxyLink::placeSlots says where their data goes (device links, whose slots may be
   // placed). Transports that do not place slots ignore it.
   virtual void holdReceives(bool on) { (void)on; }
+  // GPUDirect RDMA: whether a device communicator's FIFOs for links through this transport
+  // may sit in GPU memory, its network moving their Simple slots in place (placeSlots). Only a
+  // network that takes GPU memory near enough the GPU does; an error names a bad knob.
+  virtual Result<NetGdr> gpuDirect() {
+    NetGdr g;
+    g.why = formatString("the %s transport moves no GPU memory", name());
+    return g;
+  }
   // Called once every connector of the communicator is built.
   virtual Status afterSetup() { return Status::ok(); }
 };

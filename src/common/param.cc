@@ -98,6 +98,15 @@ const std::vector<ParamDef> kParams = {
      "memory where the plugin reaches it (host memory; GPU memory with NCCL_PTR_CUDA), so the "
      "proxy copies no Simple slot; 0: through the transport's own buffers",
      false},
+    {"NET_GDR_LEVEL", ParamType::kString, "",
+     "GPUDirect RDMA: farthest apart a rank's GPU and its network devices may be for the "
+     "network to move device links' slots in GPU memory: LOC (never), PIX, PXB, PHB or SYS "
+     "(any, also unknown), or NCCL's numbers 0-5 (empty: PXB)",
+     true},
+    {"NET_GDR_READ", ParamType::kInt, "1",
+     "1: within NET_GDR_LEVEL, device links' sends leave from GPU memory too; 0: receives only "
+     "land in GPU memory, sends go from pinned host memory",
+     true},
     {"IB_DISABLE", ParamType::kInt, "0",
      "1: never use the InfiniBand/RoCE network (Chorus's verbs transport), even where HCAs are "
      "active",

@@ -94,6 +94,9 @@ class Communicator final : public ErrorSink {
   // device communicator's proxy drives; the CPU tests join emulated kernels with them.
   Status connectDeviceHost(int channel, const std::vector<int>& recvFrom,
                            const std::vector<int>& sendTo, dev::HostLinks* links);
+  // For device links to `peer` through host connectors: whether their FIFOs may sit in GPU
+  // memory (Transport::gpuDirect of the transport that carries them).
+  Result<NetGdr> deviceGpuDirect(int peer);
   bool isHost() const { return options_.host; }
 
   // Compressed all-reduce (comm_compress.cc): the wire format of float32/float64 sum and

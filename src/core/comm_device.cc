@@ -59,6 +59,7 @@ Status Communicator::initDevice(const LocalTopology& topo) {
   };
   // Network links choose their NICs near the GPU (net plugin transport).
   s.gpuFound = [this](const std::string& busId) { transportCtx_.gpuBusId = busId; };
+  s.gpuDirect = [this](int peer) { return deviceGpuDirect(peer); };
   Result<std::unique_ptr<dev::DeviceComm>> d = dev::DeviceComm::create(s);
   if (!d.isOk()) return d.status().withContext(formatString("rank %d init", rank_));
   device_ = d.take();
@@ -67,6 +68,12 @@ Status Communicator::initDevice(const LocalTopology& topo) {
   if (shm_) CHORUS_TRY(shm_->afterSetup());
   options_.cudaDev = device_->cudaDev();
   return Status::ok();
+}
+
+Result<NetGdr> Communicator::deviceGpuDirect(int peer) {
+  if (peer < 0 || peer >= nranks_ || peer == rank_)
+    return internalError("rank %d: no device link to rank %d", rank_, peer);
+  return transportFor(peers_[peer])->gpuDirect();
 }
 
 Status Communicator::connectDeviceHost(int channel, const std::vector<int>& recvFrom,

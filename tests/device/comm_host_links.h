@@ -32,6 +32,10 @@ class CommHostLinks {
   bool link(int sender, int receiver, int channel, int proto, SendConnector** send,
             RecvConnector** recv);
   int supplied() const { return supplied_; }
+  // Whether rank's device links to peer may have their slots in GPU memory (its transport's).
+  Result<NetGdr> gpuDirect(int rank, int peer) {
+    return comms_[static_cast<size_t>(rank)]->deviceGpuDirect(peer);
+  }
 
  private:
   int nranks_;

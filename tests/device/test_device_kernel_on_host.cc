@@ -357,10 +357,13 @@ TEST(KernelOnHost, CommunicatorTransportsCarryProxiedLinks) {
 // Through an NCCL net plugin (the example, which this process loads when NCCL_NET_PLUGIN names
 // it: meson's device_net_place tests): the Simple slots of every link placed in the emulated
 // device FIFOs, which the plugin sends from and receives into (DeviceProxy's place), as host
-// memory, as a dma-buf (memfd; the example moves the bytes through its own mapping of it), as
-// GPU memory (host memory standing in: registered as NCCL_PTR_CUDA, each receive flushed),
-// and with CHORUS_NET_PLACE_SLOTS=0. Where the plugin does not take GPU memory
-// (EXAMPLE_NET_GDR unset) those links stay staged, with the same results.
+// memory, as a dma-buf (memfd; the example moves the bytes through its own mapping of it), and
+// as GPU memory (host memory standing in: registered as NCCL_PTR_CUDA or as a dma-buf, each
+// receive flushed) where the transport's gpuDirect puts the slots there, as a device
+// communicator asks it: within NET_GDR_LEVEL (SYS: the distance of the emulated GPU is
+// unknown), sends too unless NET_GDR_READ=0, and only where the plugin takes GPU memory
+// (EXAMPLE_NET_GDR, or EXAMPLE_NET_DMABUF for dma-bufs); elsewhere in host memory, with the
+// same results. Also CHORUS_NET_PLACE_SLOTS=0 and FIFOs of other slots: staged.
 TEST(NetPlace, PluginMovesSlotsInTheKernelsMemory) {
   const char* plugin = getenv("NCCL_NET_PLUGIN");
   if (plugin == nullptr) GTEST_SKIP() << "needs NCCL_NET_PLUGIN (meson test device_net_place)";
@@ -369,22 +372,28 @@ TEST(NetPlace, PluginMovesSlotsInTheKernelsMemory) {
   constexpr int kRanks = 3;
   struct Variant {
     const char* name;
-    bool dmabuf, device, off;
+    bool dmabuf, gpu;
+    const char* level;           // CHORUS_NET_GDR_LEVEL (null: unset, PXB)
+    bool read = true;            // CHORUS_NET_GDR_READ
+    bool off = false;            // CHORUS_NET_PLACE_SLOTS=0
     bool otherGeometry = false;  // device FIFOs of other slots than the host FIFOs': not placed
   };
-  for (const Variant& v : {Variant{"host memory", false, false, false},
-                           Variant{"host memory, a dma-buf", true, false, false},
-                           Variant{"GPU memory", false, true, false},
-                           Variant{"GPU memory, a dma-buf", true, true, false},
-                           Variant{"CHORUS_NET_PLACE_SLOTS=0", false, false, true},
-                           Variant{"other slots", false, false, false, true}}) {
+  for (const Variant& v : {Variant{"host memory", false, false, nullptr},
+                           Variant{"host memory, a dma-buf", true, false, nullptr},
+                           Variant{"GPU memory", false, true, "SYS"},
+                           Variant{"GPU memory, a dma-buf", true, true, "sys"},
+                           Variant{"GPU memory, receives only", true, true, "4", false},
+                           Variant{"GPU memory at an unknown distance", true, true, nullptr},
+                           Variant{"CHORUS_NET_PLACE_SLOTS=0", false, true, "SYS", true, true},
+                           Variant{"other slots", false, false, nullptr, true, false, true}}) {
     SCOPED_TRACE(v.name);
     if (v.off) setenv("CHORUS_NET_PLACE_SLOTS", "0", 1);
+    if (v.level != nullptr) setenv("CHORUS_NET_GDR_LEVEL", v.level, 1);
+    if (!v.read) setenv("CHORUS_NET_GDR_READ", "0", 1);
     EmuGeometry g;
     g.proxied = true;
     g.placeSimple = true;
     g.dmabufSlots = v.dmabuf;
-    g.deviceSlots = v.device;
     unsigned long before[3] = {0, 0, 0}, after[3] = {0, 0, 0};
     {
       CommHostLinks links(kRanks, /*tcp=*/true, g.nchannels, /*p2p=*/false);
@@ -409,6 +418,21 @@ TEST(NetPlace, PluginMovesSlotsInTheKernelsMemory) {
                              RecvConnector** recv) {
         return links.link(sender, receiver, channel, proto, send, recv);
       };
+      // As the CUDA communicator decides (cuda/dev_comm_links.cc: gdrFor, gpuSlots): GPU
+      // memory where the transport says so, and a network that takes only dma-bufs gets one.
+      int gpuEnds = 0;
+      std::string verdict;
+      if (v.gpu)
+        g.gpuMemory = [&](int rank, int peer, bool sending) {
+          Result<NetGdr> r = links.gpuDirect(rank, peer);
+          EXPECT_TRUE(r.isOk()) << r.status().message();
+          if (!r.isOk()) return false;
+          verdict = r.value().why;
+          const bool in =
+              (sending ? r.value().send : r.value().recv) && (!r.value().dmabufOnly || v.dmabuf);
+          gpuEnds += in ? 1 : 0;
+          return in;
+        };
       std::vector<Call> calls;
       for (Proto p : {Proto::kSimple, Proto::kLl})
         for (size_t count : {size_t{1}, size_t{3001}, size_t{70000}}) {
@@ -419,19 +443,30 @@ TEST(NetPlace, PluginMovesSlotsInTheKernelsMemory) {
       runCalls(kRanks, calls, false, 2, g, &placed);
       counters(&after[0], &after[1], &after[2]);
       dlclose(lib);
-      const bool takes = !v.off && !v.otherGeometry && (!v.device || gdr);
-      // Both ends of every ring channel's Simple link.
-      EXPECT_EQ(placed, takes ? 2 * kRanks * g.nchannels : 0);
-      const unsigned long regs = takes ? 2 * kRanks * g.nchannels : 0;
+      const bool takes = !v.off && !v.otherGeometry;
+      // Both ends of every ring channel's Simple link, in GPU or host memory.
+      const int ends = kRanks * g.nchannels;
+      EXPECT_EQ(placed, takes ? 2 * ends : 0);
+      // GPU memory: within the level, where the plugin takes it, sends only with NET_GDR_READ.
+      const bool reaches = gdr || (dmabuf && v.dmabuf);
+      const int wantGpu =
+          v.gpu && takes && v.level != nullptr && reaches ? ends + (v.read ? ends : 0) : 0;
+      EXPECT_EQ(gpuEnds, wantGpu) << verdict;
+      if (v.gpu && v.level == nullptr && reaches)
+        EXPECT_NE(verdict.find("unknown (NET_GDR_LEVEL PXB"), std::string::npos) << verdict;
+      const unsigned long regs = takes ? 2 * ends : 0;
       EXPECT_EQ(after[0] - before[0], v.dmabuf && dmabuf ? regs : 0) << "dma-buf registrations";
-      EXPECT_EQ(after[1] - before[1], v.device && !(v.dmabuf && dmabuf) ? regs : 0)
-          << "GPU memory registrations";
-      if (v.device && takes)
+      EXPECT_EQ(after[1] - before[1],
+                v.dmabuf && dmabuf ? 0ul : static_cast<unsigned long>(wantGpu))
+          << "GPU memory registrations by address";
+      if (wantGpu > 0)
         EXPECT_GT(after[2] - before[2], 0u) << "receives into GPU memory are flushed";
       else
         EXPECT_EQ(after[2] - before[2], 0u);
     }
     unsetenv("CHORUS_NET_PLACE_SLOTS");
+    unsetenv("CHORUS_NET_GDR_LEVEL");
+    unsetenv("CHORUS_NET_GDR_READ");
   }
 }
 

@@ -1,12 +1,13 @@
 // A stand-in for libibverbs, for testing the IB network where no RDMA device exists: it exports
 // the functions Chorus loads and fills each context's ops with post_send, post_recv and
 // poll_cq, and simulates, inside one process, HCAs whose reliable-connected queue pairs carry
-// RDMA writes (with immediate) between registered memory regions. It checks what hardware
-// checks: queue pair transitions and the attributes each needs, addressing (LID on InfiniBand,
-// a GID with a GRH on RoCE), memory keys, bounds and access rights, receive queue and send queue
-// limits; a violation is an error completion, as on hardware. Devices: FAKE_IBV_DEVICES, a
-// comma-separated list of name:ib or name:roce, with :down for a port that is not active
-// (default "mlx5_0:ib,mlx5_1:roce"). FAKE_IBV_NO_DMABUF=1: dma-bufs are not supported.
+// RDMA writes (with immediate) and RDMA reads between registered memory regions. It checks what
+// hardware checks: queue pair transitions and the attributes each needs, addressing (LID on
+// InfiniBand, a GID with a GRH on RoCE), memory keys, bounds and access rights (of the queue
+// pair too, for reads), receive queue and send queue limits; a violation is an error
+// completion, as on hardware. Devices: FAKE_IBV_DEVICES, a comma-separated list of name:ib or
+// name:roce, with :down for a port that is not active (default "mlx5_0:ib,mlx5_1:roce").
+// FAKE_IBV_NO_DMABUF=1: dma-bufs are not supported.
 #include <errno.h>
 #include <infiniband/verbs.h>
 #include <sys/mman.h>
@@ -64,6 +65,7 @@ struct FQp {
   ibv_qp_cap cap;
   int state = IBV_QPS_RESET;
   uint8_t port = 0;
+  int access = 0;  // what remote peers may do through it (qp_access_flags)
   ibv_ah_attr ah;
   uint32_t destQpn = 0;
   int mtu = 0;
@@ -186,10 +188,13 @@ void deliver(void* dst, const void* src, size_t len) {
 
 ibv_wc_status execute(FQp* q, const ibv_send_wr* wr) {
   if (q->state != IBV_QPS_RTS) return IBV_WC_WR_FLUSH_ERR;
+  const bool read = wr->opcode == IBV_WR_RDMA_READ;
   uint64_t len = 0;
   for (int i = 0; i < wr->num_sge; ++i) {
     const ibv_sge& s = wr->sg_list[i];
-    if (region(s.lkey, q->pd, s.addr, s.length, 0) == nullptr) return IBV_WC_LOC_PROT_ERR;
+    // A read writes its local buffers.
+    if (region(s.lkey, q->pd, s.addr, s.length, read ? IBV_ACCESS_LOCAL_WRITE : 0) == nullptr)
+      return IBV_WC_LOC_PROT_ERR;
     len += s.length;
   }
   auto rit = qps.find(q->destQpn);
@@ -200,6 +205,20 @@ ibv_wc_status execute(FQp* q, const ibv_send_wr* wr) {
   if (failWrites > 0) {
     --failWrites;
     return IBV_WC_REM_ACCESS_ERR;
+  }
+  if (read) {
+    // The responder's queue pair and memory region must both allow remote reads.
+    if ((r->access & IBV_ACCESS_REMOTE_READ) == 0 ||
+        region(wr->wr.rdma.rkey, r->pd, wr->wr.rdma.remote_addr, len, IBV_ACCESS_REMOTE_READ) ==
+            nullptr)
+      return IBV_WC_REM_ACCESS_ERR;
+    const char* src = reinterpret_cast<const char*>(wr->wr.rdma.remote_addr);
+    for (int i = 0; i < wr->num_sge; ++i) {
+      memcpy(reinterpret_cast<void*>(wr->sg_list[i].addr), src, wr->sg_list[i].length);
+      src += wr->sg_list[i].length;
+    }
+    ++stats.reads;
+    return IBV_WC_SUCCESS;
   }
   if (len > 0 && region(wr->wr.rdma.rkey, r->pd, wr->wr.rdma.remote_addr, len,
                         IBV_ACCESS_REMOTE_WRITE) == nullptr)
@@ -231,7 +250,10 @@ int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   for (; wr != nullptr; wr = wr->next) {
     *bad = wr;
     if (q->state != IBV_QPS_RTS && q->state != IBV_QPS_ERR) return EINVAL;
-    if (wr->opcode != IBV_WR_RDMA_WRITE && wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM) return EINVAL;
+    if (wr->opcode != IBV_WR_RDMA_WRITE && wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM &&
+        wr->opcode != IBV_WR_RDMA_READ)
+      return EINVAL;
+    const ibv_wc_opcode op = wr->opcode == IBV_WR_RDMA_READ ? IBV_WC_RDMA_READ : IBV_WC_RDMA_WRITE;
     if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > q->cap.max_send_sge) return EINVAL;
     const bool signaled = (wr->send_flags & IBV_SEND_SIGNALED) != 0 || q->qp.qp_type != IBV_QPT_RC;
     if (signaled && q->sqOutstanding >= q->cap.max_send_wr) return ENOMEM;
@@ -239,12 +261,12 @@ int postSend(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     if (st != IBV_WC_SUCCESS) {
       q->state = IBV_QPS_ERR;
       ++q->sqOutstanding;
-      push(q->scq, completion(wr->wr_id, st, IBV_WC_RDMA_WRITE, q->qp.qp_num));
+      push(q->scq, completion(wr->wr_id, st, op, q->qp.qp_num));
       continue;
     }
     if (signaled) {
       ++q->sqOutstanding;
-      push(q->scq, completion(wr->wr_id, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE, q->qp.qp_num));
+      push(q->scq, completion(wr->wr_id, IBV_WC_SUCCESS, op, q->qp.qp_num));
     }
   }
   *bad = nullptr;
@@ -271,7 +293,7 @@ int pollCq(ibv_cq* cq, int n, ibv_wc* wc) {
   while (got < n && !c->wcs.empty()) {
     wc[got] = c->wcs.front();
     c->wcs.pop_front();
-    if (wc[got].opcode == IBV_WC_RDMA_WRITE) {
+    if (wc[got].opcode == IBV_WC_RDMA_WRITE || wc[got].opcode == IBV_WC_RDMA_READ) {
       auto it = qps.find(wc[got].qp_num);
       if (it != qps.end() && it->second->sqOutstanding > 0) --it->second->sqOutstanding;
     }
@@ -514,6 +536,7 @@ int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
     if (!has(mask, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) || attr->port_num != 1)
       return refuse();
     q->port = attr->port_num;
+    q->access = attr->qp_access_flags;
   } else if (q->state == IBV_QPS_INIT && to == IBV_QPS_RTR) {
     if (!has(mask, IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))

@@ -22,6 +22,7 @@ typedef struct {
   uint64_t roceConnects;   /* queue pairs moved to RTR with a GRH (RoCE) */
   int lastSgidIndex;       /* the source GID index of the last RoCE RTR */
   uint64_t dmabufMrs;      /* dma-buf registrations whose fd held the bytes at their iova */
+  uint64_t reads;          /* RDMA reads done */
 } FakeVerbsStats;
 
 typedef void (*FakeVerbsStatsFn)(FakeVerbsStats* out);

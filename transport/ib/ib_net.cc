@@ -71,6 +71,7 @@ Result<Comm*> IbNet::createComm(bool isSend, int dev, int nqps) {
   c->port = ports_[dev].get();
   c->nqps = nqps;
   for (Request& r : c->reqs) r.comm = c.get();
+  for (Request& r : c->flushes) r.comm = c.get();
   c->psn = std::random_device{}() & 0xffffff;
   Hca* hca = c->port->hca;
   Comm* raw = c.release();
@@ -80,7 +81,8 @@ Result<Comm*> IbNet::createComm(bool isSend, int dev, int nqps) {
     return s;
   };
   errno = 0;
-  raw->cq = v_->createCq(hca->ctx, kMaxRequests * (kMaxRecvs * nqps + 1) + 8, nullptr, nullptr, 0);
+  // Each request's completions, and a flush's.
+  raw->cq = v_->createCq(hca->ctx, kMaxRequests * (kMaxRecvs * nqps + 2) + 8, nullptr, nullptr, 0);
   if (raw->cq == nullptr) return fail("ibv_create_cq");
   for (int q = 0; q < nqps; ++q) {
     ibv_qp_init_attr init;
@@ -147,6 +149,72 @@ Status IbNet::toRts(Comm* c, const ConnInfo& remote) {
   return Status::ok();
 }
 
+// The flush queue pair of a receiving connection, connected to itself: its reads of this
+// host's own registrations go out through the HCA and come back.
+Status IbNet::makeFlushQp(Comm* c) {
+  Hca* hca = c->port->hca;
+  auto fail = [&](const std::string& what) {
+    return errnoError(errno != 0 ? errno : EIO,
+                      "IB: " + what + " for flushes on " + c->port->label);
+  };
+  errno = 0;
+  c->flushBuf = static_cast<char*>(aligned_alloc(64, 64));
+  if (c->flushBuf == nullptr) return fail("allocating the buffer");
+  memset(c->flushBuf, 0, 64);
+  c->flushMr = v_->regMr(hca->pd, c->flushBuf, 64, IBV_ACCESS_LOCAL_WRITE);
+  if (c->flushMr == nullptr) return fail("ibv_reg_mr");
+  ibv_qp_init_attr init;
+  memset(&init, 0, sizeof init);
+  init.send_cq = c->cq;
+  init.recv_cq = c->cq;
+  init.qp_type = IBV_QPT_RC;
+  init.cap.max_send_wr = kMaxRequests;
+  init.cap.max_recv_wr = 1;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  c->flushQp = v_->createQp(hca->pd, &init);
+  if (c->flushQp == nullptr) return fail("ibv_create_qp");
+  ibv_qp_attr attr;
+  int mask = 0;
+  ib::initTransition(c->port->local, &attr, &mask);
+  attr.qp_access_flags |= IBV_ACCESS_REMOTE_READ;
+  if (v_->modifyQp(c->flushQp, &attr, mask) != 0) return fail("moving a queue pair to INIT");
+  ConnInfo self{};
+  fillInfo(c, &self);
+  self.nqps = 1;
+  self.qpn[0] = c->flushQp->qp_num;
+  ib::rtrTransition(c->port->local, self, 0, options_, &attr, &mask);
+  if (v_->modifyQp(c->flushQp, &attr, mask) != 0) return fail("moving a queue pair to RTR");
+  ib::rtsTransition(c->psn, options_, &attr, &mask);
+  if (v_->modifyQp(c->flushQp, &attr, mask) != 0) return fail("moving a queue pair to RTS");
+  return Status::ok();
+}
+
+namespace {
+
+// One signaled RDMA write or read of length bytes between local (lkey) and remote (rkey);
+// ibv_post_send's result.
+int postSignaled(ibv_qp* qp, uint64_t id, ibv_wr_opcode opcode, void* local, uint32_t length,
+                 uint32_t lkey, uint64_t remote, uint32_t rkey) {
+  ibv_sge sge;
+  sge.addr = reinterpret_cast<uintptr_t>(local);
+  sge.length = length;
+  sge.lkey = lkey;
+  ibv_send_wr wr;
+  memset(&wr, 0, sizeof wr);
+  wr.wr_id = id;
+  wr.opcode = opcode;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.wr.rdma.remote_addr = remote;
+  wr.wr.rdma.rkey = rkey;
+  ibv_send_wr* bad = nullptr;
+  return VerbsApi::postSend(qp, &wr, &bad);
+}
+
+}  // namespace
+
 Status IbNet::regMr(void* comm, void* data, size_t size, void** mhandle) {
   return registerPages(comm, data, size, -1, 0, mhandle);
 }
@@ -172,7 +240,9 @@ Status IbNet::regMrDmaBuf(void* comm, void* data, size_t size, int, uint64_t off
 Status IbNet::registerPages(void* comm, void* data, size_t size, int fd, uint64_t offset,
                             void** mhandle) {
   Hca* hca = static_cast<Comm*>(comm)->port->hca;
-  const int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  // GPU memory (a dma-buf) is also read by the flush after receives.
+  const int access =
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | (fd >= 0 ? IBV_ACCESS_REMOTE_READ : 0);
   std::lock_guard<std::mutex> lock(hca->mrMutex);
   Result<ib::MrCache::Entry*> e = hca->mrs.acquire(
       data, size,
@@ -206,16 +276,40 @@ Status IbNet::registerPages(void* comm, void* data, size_t size, int fd, uint64_
   return Status::ok();
 }
 
-// Host memory needs no flush. GPU memory written by the HCA would need one (a read through the
-// HCA before the GPU reads it), which this network does not do: it refuses rather than let a
-// caller read GPU memory that may not hold the data yet.
-Status IbNet::iflush(void*, int n, void**, const size_t*, void** mhandles, void** request) {
+// Host memory needs no flush. What the HCA wrote into GPU memory (a dma-buf registration) may
+// still be on its way when the receive completes: an RDMA read of a byte of the last such
+// buffer that took data, through the flush queue pair, completes only after those writes
+// reached the memory (PCIe orders a read after the writes before it).
+Status IbNet::iflush(void* recvComm, int n, void** data, const size_t* sizes, void** mhandles,
+                     void** request) {
   *request = nullptr;
+  Comm* c = static_cast<Comm*>(recvComm);
+  int last = -1;
   for (int i = 0; i < n; ++i)
-    if (!static_cast<const ib::MrCache::Entry*>(mhandles[i])->shared)
-      return invalidUsage(
-          "IB: flushing what the HCA wrote into dma-buf (GPU) memory is not implemented; device "
-          "buffers cross hosts through host memory");
+    if (sizes[i] > 0 && mhandles[i] != nullptr &&
+        !static_cast<const ib::MrCache::Entry*>(mhandles[i])->shared)
+      last = i;
+  if (last < 0) return Status::ok();
+  CHORUS_TRY(connStatus(c));
+  if (c->flushQp == nullptr) {
+    Status made = makeFlushQp(c);
+    if (!made.isOk()) return failure(c, made.message());
+  }
+  poll(c);
+  CHORUS_TRY(connStatus(c));
+  const int slot = static_cast<int>(c->flushSeq % kMaxRequests);
+  Request& r = c->flushes[slot];
+  if (r.used) return internalError("IB: more than %d flushes in flight", kMaxRequests);
+  const ibv_mr* mr = static_cast<ibv_mr*>(static_cast<ib::MrCache::Entry*>(mhandles[last])->mr);
+  if (postSignaled(c->flushQp, wrId(kWrFlush, slot), IBV_WR_RDMA_READ, c->flushBuf, 1,
+                   c->flushMr->lkey, reinterpret_cast<uintptr_t>(data[last]), mr->rkey) != 0)
+    return failure(c, formatString("ibv_post_send of a flush failed (%s)", strerror(errno)));
+  r.used = true;
+  r.pending = 1;
+  r.n = 1;
+  r.sizes[0] = 0;
+  ++c->flushSeq;
+  *request = &r;
   return Status::ok();
 }
 
@@ -371,22 +465,11 @@ Status IbNet::irecvGroup(void* recvComm, int n, void** data, const size_t* sizes
     e.nreqs = static_cast<uint32_t>(n);
     e.seq = c->seq + 1;
   }
-  ibv_sge sge;
-  sge.addr = reinterpret_cast<uintptr_t>(entries);
-  sge.length = static_cast<uint32_t>(sizeof(FifoEntry) * static_cast<size_t>(n));
-  sge.lkey = c->fifoMr->lkey;
-  ibv_send_wr wr;
-  memset(&wr, 0, sizeof wr);
-  wr.wr_id = wrId(kWrFifo, slot);
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.wr.rdma.remote_addr =
-      c->remoteFifo + static_cast<uint64_t>(slot) * kMaxRecvs * sizeof(FifoEntry);
-  wr.wr.rdma.rkey = c->remoteFifoKey;
-  ibv_send_wr* bad = nullptr;
-  if (VerbsApi::postSend(c->qps[0], &wr, &bad) != 0)
+  if (postSignaled(c->qps[0], wrId(kWrFifo, slot), IBV_WR_RDMA_WRITE, entries,
+                   static_cast<uint32_t>(sizeof(FifoEntry) * static_cast<size_t>(n)),
+                   c->fifoMr->lkey,
+                   c->remoteFifo + static_cast<uint64_t>(slot) * kMaxRecvs * sizeof(FifoEntry),
+                   c->remoteFifoKey) != 0)
     return failure(c, formatString("ibv_post_send of a FIFO entry failed (%s)", strerror(errno)));
   r.used = true;
   r.pending = n * c->nqps + 1;  // each buffer's data on every queue pair, and the FIFO write
@@ -418,11 +501,11 @@ void IbNet::poll(Comm* c) {
       }
       const uint64_t kind = wc.wr_id >> 32;
       const int slot = static_cast<int>(wc.wr_id & 0xffffffffu);
-      if (slot >= kMaxRequests || kind < kWrSend || kind > kWrFifo) {
+      if (slot >= kMaxRequests || kind < kWrSend || kind > kWrFlush) {
         (void)failure(c, "a completion that belongs to no request");
         continue;
       }
-      Request& r = c->reqs[slot];
+      Request& r = kind == kWrFlush ? c->flushes[slot] : c->reqs[slot];
       if (kind == kWrRecv) {
         int index = 0;
         size_t bytes = 0;
@@ -456,6 +539,9 @@ void IbNet::destroy(Comm* c) {
   if (c == nullptr) return;
   for (int q = 0; q < kMaxQps; ++q)
     if (c->qps[q] != nullptr) v_->destroyQp(c->qps[q]);
+  if (c->flushQp != nullptr) v_->destroyQp(c->flushQp);
+  if (c->flushMr != nullptr) v_->deregMr(c->flushMr);
+  free(c->flushBuf);
   if (c->cq != nullptr) v_->destroyCq(c->cq);
   if (c->fifoMr != nullptr) v_->deregMr(c->fifoMr);
   free(c->fifo);

@@ -32,7 +32,7 @@ using SteadyClock = std::chrono::steady_clock;
 constexpr uint32_t kHandleMagic = 0x49424c48;  // "IBLH"
 
 // Kinds of work request, in the top bits of wr_id; the request's slot below.
-enum : uint64_t { kWrSend = 1, kWrRecv = 2, kWrFifo = 3 };
+enum : uint64_t { kWrSend = 1, kWrRecv = 2, kWrFifo = 3, kWrFlush = 4 };
 inline uint64_t wrId(uint64_t kind, int slot) {
   return kind << 32 | static_cast<uint64_t>(slot);
 }
@@ -85,6 +85,14 @@ struct Comm {
   uint64_t fifoSeq = 0;
   uint32_t sentMask = 0;
   Request reqs[kMaxRequests];
+  // Receive side, for iflush: a queue pair connected to itself that reads a byte of the last
+  // buffer of GPU memory a receive wrote, into flushBuf (made at the first flush). The read
+  // completes after the HCA's writes before it reached that memory.
+  ibv_qp* flushQp = nullptr;
+  char* flushBuf = nullptr;
+  ibv_mr* flushMr = nullptr;
+  Request flushes[kMaxRequests];
+  uint64_t flushSeq = 0;
   bool failed = false;
   std::string error;
   SteadyClock::time_point lastPeek{};
@@ -157,6 +165,8 @@ class IbNet final : public NetPlugin {
   Status deregMr(void* comm, void* mhandle) override;
   Status iflush(void* recvComm, int n, void** data, const size_t* sizes, void** mhandles,
                 void** request) override;
+  // Receives into GPU memory (dma-buf registrations) are flushed by an RDMA read.
+  bool flushesDevice() const override { return true; }
   Status isend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
                void** request) override;
   Status irecv(void* recvComm, void* data, size_t size, int tag, void* mhandle,
@@ -195,6 +205,7 @@ class IbNet final : public NetPlugin {
   }
   Result<Comm*> createComm(bool isSend, int dev, int nqps);
   Status toRts(Comm* c, const ConnInfo& remote);
+  Status makeFlushQp(Comm* c);
   void fillInfo(const Comm* c, ConnInfo* info) const;
   Status stepConnect(int dev, Handle* h, void** sendComm);
   Status stepAccept(ListenComm* l, void** recvComm);

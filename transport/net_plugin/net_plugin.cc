@@ -323,6 +323,7 @@ class PluginOf final : public NetPlugin {
     PLUGIN_CALL("iflush", net_->iflush(recvComm, n, data, sizev, mhandles, request));
     return Status::ok();
   }
+  bool flushesDevice() const override { return net_->iflush != nullptr; }
   Status closeSend(void* c) override {
     PLUGIN_CALL("closeSend", net_->closeSend(c));
     return Status::ok();

@@ -85,6 +85,8 @@ class NetPlugin {
     *request = nullptr;
     return Status::ok();
   }
+  // Whether iflush makes receives into GPU memory visible (else none is received there).
+  virtual bool flushesDevice() const { return true; }
   virtual Status closeSend(void* sendComm) = 0;
   virtual Status closeRecv(void* recvComm) = 0;
   virtual Status closeListen(void* listenComm) = 0;

@@ -106,6 +106,30 @@ class NetTransport final : public Transport, public ProxyLink {
     holding_ = on;
   }
 
+  // GPU memory where every device this rank's channels take reaches it (NCCL_PTR_CUDA, or a
+  // dma-buf) within NET_GDR_LEVEL of the GPU; receives only where the plugin flushes them.
+  Result<NetGdr> gpuDirect() override {
+    NetGdrOptions o;
+    CHORUS_ASSIGN_OR_RETURN(o, netGdrOptionsFromEnv());
+    NetGdrDevices d;
+    d.count = static_cast<int>(devices_.size());
+    d.ptrSupport = ~0;
+    d.distance = PciDistance::kSelf;
+    d.flush = plugin_->flushesDevice();
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (int dev : devices_) {
+      NetPlugin::Properties p;
+      d.ptrSupport &= plugin_->properties(dev, &p).isOk() ? p.ptrSupport : 0;
+      const std::string bus =
+          static_cast<size_t>(dev) < buses_.size() ? buses_[static_cast<size_t>(dev)] : "";
+      const PciDistance dist = ctx_.topo != nullptr && !bus.empty() && !ctx_.gpuBusId.empty()
+                                   ? pciDistance(*ctx_.topo, ctx_.gpuBusId, bus)
+                                   : PciDistance::kUnknown;
+      d.distance = std::max(d.distance, dist);
+    }
+    return chooseNetGdr(o, d);
+  }
+
   Result<bool> placeSlots(const void* fifo, const SlotMemory* mem) override {
     std::lock_guard<std::mutex> lock(mutex_);
     NetConn* c = nullptr;
@@ -120,7 +144,12 @@ class NetTransport final : public Transport, public ProxyLink {
       return false;
     NetPlugin::Properties p;
     if (!plugin_->properties(c->dev, &p).isOk()) return false;
-    if ((p.ptrSupport & (mem->device ? NCCL_PTR_CUDA : NCCL_PTR_HOST)) == 0) return false;
+    // GPU memory by address, or as the dma-buf it comes with.
+    const bool reaches = !mem->device
+                             ? (p.ptrSupport & NCCL_PTR_HOST) != 0
+                             : (p.ptrSupport & NCCL_PTR_CUDA) != 0 ||
+                                   (mem->dmabufFd >= 0 && (p.ptrSupport & NCCL_PTR_DMABUF) != 0);
+    if (!reaches || (mem->device && !c->isSend && !plugin_->flushesDevice())) return false;
     c->placed = true;
     c->place = *mem;
     if (c->comm != nullptr) {
@@ -213,6 +242,7 @@ class NetTransport final : public Transport, public ProxyLink {
       const bool ok = plugin_->properties(d, &p).isOk();
       nodes.push_back(ok ? netDeviceNumaNode(p.pciPath) : -1);
       buses.push_back(ok ? netDeviceBusId(p.pciPath) : "");
+      buses_.push_back(buses.back());
       rails_.push_back(ok && p.railId >= 0 ? p.railId : -1);
       planes_.push_back(ok && p.railId >= 0 ? p.planeId : -1);
       where += formatString("%s%d %s(NUMA node %d%s)", d == 0 ? "" : ", ", d,
@@ -585,7 +615,8 @@ class NetTransport final : public Transport, public ProxyLink {
   std::vector<int> devices_;  // chooseDevices(): this rank's, in the order channels take them
   std::vector<int> rails_;    // every device's rail and plane (-1: not reported)
   std::vector<int> planes_;
-  std::mutex mutex_;  // one thread at a time calls the plugin
+  std::vector<std::string> buses_;  // every device's bus id ("": unknown)
+  std::mutex mutex_;                // one thread at a time calls the plugin
   std::vector<std::unique_ptr<NetConn>> conns_;
   std::thread proxy_;
   std::atomic<bool> stop_{false};

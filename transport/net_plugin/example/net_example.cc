@@ -394,12 +394,11 @@ ncclResult_t exampleRegMr(void* comm, void* data, size_t, int type, void** mhand
   return ncclSuccess;
 }
 
-// Host memory exported as a dma-buf (a memfd stands for one): the bytes at offset in fd must
-// be those at data.
+// Memory exported as a dma-buf (a memfd stands for one), GPU memory too without NCCL_PTR_CUDA:
+// the bytes at offset in fd must be those at data.
 [[maybe_unused]] ncclResult_t exampleRegMrDmaBuf(void* comm, void* data, size_t size, int type,
                                                  uint64_t offset, int fd, void** mhandle) {
-  const bool typeOk =
-      type == NCCL_PTR_HOST || (type == NCCL_PTR_CUDA && (gPtrSupport & NCCL_PTR_CUDA) != 0);
+  const bool typeOk = type == NCCL_PTR_HOST || type == NCCL_PTR_CUDA;
   if (comm == nullptr || !typeOk || (gPtrSupport & NCCL_PTR_DMABUF) == 0 || fd < 0 ||
       data == nullptr || size == 0)
     return ncclInternalError;
