@@ -285,7 +285,7 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
       if (local.ok() && allocMapped(layout.totalBytes(), nullptr, what, &local, &recvViaHost_)) {
         recvRegion_ = recvViaHost_.dev;
         const NetGdr& gdr = gdrFor(s, prev, &local);
-        if (gdr.recv) gpuSlots(layout, gdr.dmabufOnly, what, &local, &recvViaHost_);
+        if (gdr.recv) gpuSlots(layout, gdr.dmabufOnly, what, &recvViaHost_);
       }
     } else if (local.ok() &&
                local.cuda(cudaMalloc(reinterpret_cast<void**>(&recvRegion_), regionBytes),
@@ -300,7 +300,7 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
         allocMapped(layout.totalBytes(), &layout, sendWhat, &local, &sendViaHost_)) {
       sendRegion_ = sendViaHost_.dev;
       const NetGdr& gdr = gdrFor(s, next, &local);
-      if (gdr.send) gpuSlots(layout, gdr.dmabufOnly, sendWhat, &local, &sendViaHost_);
+      if (gdr.send) gpuSlots(layout, gdr.dmabufOnly, sendWhat, &sendViaHost_);
     }
 
     RegionInfo mine{};

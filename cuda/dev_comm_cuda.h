@@ -235,10 +235,10 @@ class CudaDeviceComm final : public DeviceComm {
   // per peer and logged; none after a failure.
   const NetGdr& gdrFor(const DeviceCommSetup& s, int peer, SetupFailure* local);
   // Moves the Simple slots of `r` (laid out as layout) into GPU memory, exported as a dma-buf
-  // where the driver does; false, r left in host memory, where the network needs a dma-buf
-  // (dmabufOnly) that the driver does not give or GPU memory could not be had.
+  // where the driver does; false, r left in host memory (logged), where the network needs a
+  // dma-buf (dmabufOnly) that the driver does not give or GPU memory could not be had.
   bool gpuSlots(const RegionLayout& layout, bool dmabufOnly, const std::string& what,
-                SetupFailure* local, MappedRegion* r);
+                MappedRegion* r);
   // Host connectors of the ring channels whose link to the successor (sendVia) or from the
   // predecessor (recvVia) goes through host memory, joined to this rank's FIFOs by the proxy.
   Status connectRingViaHost(const DeviceCommSetup& s, int prev, int next, bool sendVia,

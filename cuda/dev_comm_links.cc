@@ -43,9 +43,14 @@ int exportDmaBuf(void* p, size_t bytes) {
   static const GetHandle getHandle = [] {
     void* fn = nullptr;
     cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &fn, 11070,
-                                         cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
+#if CUDART_VERSION >= 12050
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuMemGetHandleForAddressRange", &fn,
+                                                           11070, cudaEnableDefault, &found);
+#else
+    const cudaError_t e =
+        cudaGetDriverEntryPoint("cuMemGetHandleForAddressRange", &fn, cudaEnableDefault, &found);
+#endif
+    if (e != cudaSuccess || found != cudaDriverEntryPointSuccess) {
       cudaGetLastError();
       return static_cast<GetHandle>(nullptr);
     }
@@ -68,9 +73,14 @@ const NetGdr& CudaDeviceComm::gdrFor(const DeviceCommSetup& s, int peer, SetupFa
   NetGdr g;
   if (!s.gpuDirect) {
     g.why = "no network transport";
-  } else if (local->ok()) {
+  } else if (!local->ok()) {
+    g.why = "not asked (the set-up failed before)";
+  } else {
     Result<NetGdr> r = s.gpuDirect(peer);
-    if (local->note(r.status())) g = r.value();
+    if (local->note(r.status()))
+      g = r.value();
+    else
+      g.why = r.status().message();
   }
   LOG_INFO(kSubsysInit, "rank %d: device links with rank %d through the network: %s", rank_, peer,
            g.why.c_str());
@@ -78,13 +88,19 @@ const NetGdr& CudaDeviceComm::gdrFor(const DeviceCommSetup& s, int peer, SetupFa
 }
 
 bool CudaDeviceComm::gpuSlots(const RegionLayout& layout, bool dmabufOnly, const std::string& what,
-                              SetupFailure* local, MappedRegion* r) {
+                              MappedRegion* r) {
   // Whole 2 MiB granules: page-aligned, as a dma-buf's range must be.
   const size_t bytes = allocationBytes(layout.totalBytes(), true);
   char* mem = nullptr;
-  if (!local->cuda(cudaMalloc(reinterpret_cast<void**>(&mem), bytes),
-                   formatString("%s: cudaMalloc of %zu bytes of GPU slots", what.c_str(), bytes)))
+  const cudaError_t e = cudaMalloc(reinterpret_cast<void**>(&mem), bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    LOG_WARN(kSubsysInit,
+             "%s: cudaMalloc of %zu bytes of GPU slots failed (%s): slots in host "
+             "memory",
+             what.c_str(), bytes, cudaGetErrorString(e));
     return false;
+  }
   const int fd = exportDmaBuf(mem, bytes);
   if (fd < 0 && dmabufOnly) {
     cudaFree(mem);
@@ -157,7 +173,7 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
       const std::string what = formatString("rank %d: receive FIFO from rank %d", rank_, p);
       if (local->ok() && allocMapped(layout.totalBytes(), nullptr, what, local, &in)) {
         const NetGdr& gdr = gdrFor(s, p, local);
-        if (gdr.recv) gpuSlots(layout, gdr.dmabufOnly, what, local, &in);
+        if (gdr.recv) gpuSlots(layout, gdr.dmabufOnly, what, &in);
         peerRecv_[static_cast<size_t>(p)] = in.dev;
         info.region.usable = local->ok() ? 1 : 0;
       }
@@ -214,7 +230,7 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
       const std::string what = formatString("rank %d: send FIFO to rank %d", rank_, p);
       if (allocMapped(layout.totalBytes(), &layout, what, local, &out)) {
         const NetGdr& gdr = gdrFor(s, p, local);
-        if (gdr.send) gpuSlots(layout, gdr.dmabufOnly, what, local, &out);
+        if (gdr.send) gpuSlots(layout, gdr.dmabufOnly, what, &out);
         peerSend_[static_cast<size_t>(p)] = out.dev;
       }
       continue;

@@ -3,18 +3,14 @@
 // reference of the multi-rank tests; step counters carried across launches; works of one
 // launch ordered by the grid barrier; a rank whose peer never comes stops on abort. Also the LL
 // line format itself.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cmath>
-#include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cuda/dev_emulator.h"
 #include "device/comm_host_links.h"
+#include "device/kernel_calls.h"
 #include "cuda/dev_memory.h"
 #include "cuda/dev_plan.h"
 #include "exec/reduce.h"
@@ -23,11 +19,6 @@
 namespace chorus {
 namespace dev {
 namespace {
-
-using chorus_test::loadValue;
-using chorus_test::storeExact;
-using chorus_test::typeSize;
-namespace ref = chorus_test::ref;
 
 TEST(LlLine, CarriesDataWithItsFlag) {
   LlLine line{};
@@ -59,160 +50,6 @@ TEST(LlLine, FlagsOfOneSlotDifferAcrossWraps) {
   for (uint64_t step : {0ull, 7ull, 0xffffffffull, 0x100000000ull}) {
     EXPECT_NE(llFlag(step), 0u) << step;
     EXPECT_NE(llFlag(step), llFlag(step + 8)) << step;
-  }
-}
-
-struct Buffers {
-  std::vector<unsigned char> send, recv;
-};
-
-// What rank `rank` should hold after the collective, element by element.
-double expectedAt(Coll coll, int nranks, int rank, int root, size_t count, size_t i,
-                  ncclDataType_t type, ref::Op op) {
-  switch (coll) {
-    case Coll::kAllReduce:
-    case Coll::kReduce:
-      return ref::expectedValue(nranks, i, type, op);
-    case Coll::kReduceScatter:
-      return ref::expectedValue(nranks, static_cast<size_t>(rank) * count + i, type, op);
-    case Coll::kAllGather:
-      return ref::inputValue(static_cast<int>(i / count), i % count, type, ref::kSum);
-    case Coll::kBroadcast:
-      return ref::inputValue(root, i, type, ref::kSum);
-    default:  // point-to-point: test_device_p2p_on_host.cc
-      break;
-  }
-  return 0;
-}
-
-struct Call {
-  Coll coll;
-  ncclDataType_t type;
-  ref::Op op;
-  size_t count;
-  Proto proto;
-  int nchannels;
-  int root = 0;
-  bool inPlace = false;
-  bool deviceScalar = false;
-  Algo algo = Algo::kRing;
-};
-
-size_t sendElems(const Call& c, int nranks) {
-  return c.coll == Coll::kReduceScatter ? c.count * static_cast<size_t>(nranks) : c.count;
-}
-size_t recvElems(const Call& c, int nranks) {
-  return c.coll == Coll::kAllGather ? c.count * static_cast<size_t>(nranks) : c.count;
-}
-
-RedKind kindOf(ref::Op op) {
-  return static_cast<RedKind>(static_cast<int>(op));  // same order as RedKind
-}
-
-// Fills rank's buffers and describes the call as a work.
-Work prepare(const Call& c, int nranks, int rank, Buffers* b, unsigned char* scalar) {
-  const size_t elt = typeSize(c.type);
-  b->send.assign(sendElems(c, nranks) * elt + 16, 0);
-  b->recv.assign(recvElems(c, nranks) * elt + 16, 0xee);
-  const ref::Op fillOp =
-      c.coll == Coll::kAllGather || c.coll == Coll::kBroadcast ? ref::kSum : c.op;
-  for (size_t i = 0; i < sendElems(c, nranks); ++i)
-    storeExact(b->send.data(), i, c.type, ref::inputValue(rank, i, c.type, fillOp));
-  Work w;
-  w.count = c.count;
-  w.sendbuff = b->send.data();
-  w.recvbuff = c.inPlace ? static_cast<void*>(b->send.data()) : b->recv.data();
-  if (c.inPlace && c.coll == Coll::kAllGather) {
-    // In place: the input is this rank's block of the output.
-    b->recv.assign(recvElems(c, nranks) * elt + 16, 0xee);
-    std::memcpy(b->recv.data() + static_cast<size_t>(rank) * c.count * elt, b->send.data(),
-                c.count * elt);
-    w.recvbuff = b->recv.data();
-    w.sendbuff = b->recv.data() + static_cast<size_t>(rank) * c.count * elt;
-  }
-  w.coll = c.coll;
-  w.proto = c.proto;
-  w.algo = c.algo;
-  w.type = static_cast<uint8_t>(c.type);
-  const bool copyOnly = c.coll == Coll::kAllGather || c.coll == Coll::kBroadcast;
-  w.redKind = static_cast<uint8_t>(copyOnly ? RedKind::kSum : kindOf(c.op));
-  w.nchannels = static_cast<int16_t>(c.nchannels);
-  w.rootIndex = static_cast<int16_t>(c.root);  // ring order 0..n-1: position == rank
-  std::memset(scalar, 0, 8);
-  storeExact(scalar, 0, c.type, 2.0);
-  if (c.deviceScalar) {
-    w.scalarPtr = scalar;
-  } else {
-    std::memcpy(&w.scalarBits, scalar, 8);
-  }
-  return w;
-}
-
-const void* resultOf(const Call&, const Work& w) {
-  return w.recvbuff;
-}
-
-// Runs calls[] as consecutive launches (or as one launch when fused) on every rank at once and
-// checks each rank's results after all of them.
-void runCalls(int nranks, const std::vector<Call>& calls, bool fused, int threadsPerBlock,
-              const EmuGeometry& g = EmuGeometry(), int* placedLinks = nullptr) {
-  EmuClique clique(nranks, g);
-  if (placedLinks != nullptr) *placedLinks = clique.placedLinks();
-  std::vector<std::vector<Buffers>> bufs(static_cast<size_t>(nranks),
-                                         std::vector<Buffers>(calls.size()));
-  std::vector<std::vector<Work>> works(static_cast<size_t>(nranks));
-  std::vector<std::vector<std::array<unsigned char, 8>>> scalarMem(
-      static_cast<size_t>(nranks), std::vector<std::array<unsigned char, 8>>(calls.size()));
-  for (int r = 0; r < nranks; ++r)
-    for (size_t k = 0; k < calls.size(); ++k)
-      works[static_cast<size_t>(r)].push_back(prepare(calls[k], nranks, r,
-                                                      &bufs[static_cast<size_t>(r)][k],
-                                                      scalarMem[static_cast<size_t>(r)][k].data()));
-  std::vector<std::thread> ranks;
-  std::vector<int> ok(static_cast<size_t>(nranks), 1);
-  for (int r = 0; r < nranks; ++r) {
-    ranks.emplace_back([&, r] {
-      const std::vector<Work>& ws = works[static_cast<size_t>(r)];
-      size_t k = 0;
-      while (k < ws.size()) {
-        Launch l;
-        l.comm = clique.comm(r);
-        l.nworks = 0;
-        do {
-          l.works[l.nworks++] = ws[k++];
-        } while (fused && k < ws.size() && l.nworks < kMaxLaunchWorks);
-        if (!emuRunLaunch(l, threadsPerBlock)) ok[static_cast<size_t>(r)] = 0;
-      }
-    });
-  }
-  for (std::thread& t : ranks) t.join();
-  ASSERT_EQ(clique.proxyError(), "");
-  for (int r = 0; r < nranks; ++r) {
-    ASSERT_TRUE(ok[static_cast<size_t>(r)]) << "rank " << r << ": no kernel for the work";
-    ASSERT_EQ(clique.comm(r)->errorFlag[0], 0u);
-    for (size_t k = 0; k < calls.size(); ++k) {
-      const Call& c = calls[k];
-      if (c.coll == Coll::kReduce && r != c.root) continue;
-      const Work& w = works[static_cast<size_t>(r)][k];
-      const void* got = resultOf(c, w);
-      size_t wrong = 0;
-      for (size_t i = 0; i < recvElems(c, nranks); ++i) {
-        double want = expectedAt(c.coll, nranks, r, c.root, c.count, i, c.type, c.op);
-        double v = loadValue(got, i, c.type);
-        if (!(std::fabs(v - want) <= ref::tolerance(c.type, c.op, want)) && wrong++ < 3)
-          ADD_FAILURE() << "rank " << r << " call " << k << " element " << i << ": " << v
-                        << ", expected " << want;
-      }
-      EXPECT_EQ(wrong, 0u) << "rank " << r << " call " << k << " (coll " << static_cast<int>(c.coll)
-                           << ", " << chorus_test::typeName(c.type) << ", " << ref::kOpNames[c.op]
-                           << ", count " << c.count << ", proto " << static_cast<int>(c.proto)
-                           << ", algo " << static_cast<int>(c.algo) << ")";
-      // Every rank of an all-reduce ends with the same bits.
-      if (c.coll == Coll::kAllReduce && r > 0) {
-        EXPECT_EQ(std::memcmp(got, resultOf(c, works[0][k]), c.count * typeSize(c.type)), 0)
-            << "rank " << r << " call " << k << " differs from rank 0";
-      }
-    }
   }
 }
 
@@ -351,122 +188,6 @@ TEST(KernelOnHost, CommunicatorTransportsCarryProxiedLinks) {
     runCalls(kRanks, calls, fused, 2, g);
     // Every ring link went through the communicators' connectors.
     EXPECT_EQ(links.supplied(), kRanks * g.nchannels * kNumProtos);
-  }
-}
-
-// Through an NCCL net plugin (the example, which this process loads when NCCL_NET_PLUGIN names
-// it: meson's device_net_place tests): the Simple slots of every link placed in the emulated
-// device FIFOs, which the plugin sends from and receives into (DeviceProxy's place), as host
-// memory, as a dma-buf (memfd; the example moves the bytes through its own mapping of it), and
-// as GPU memory (host memory standing in: registered as NCCL_PTR_CUDA or as a dma-buf, each
-// receive flushed) where the transport's gpuDirect puts the slots there, as a device
-// communicator asks it: within NET_GDR_LEVEL (SYS: the distance of the emulated GPU is
-// unknown), sends too unless NET_GDR_READ=0, and only where the plugin takes GPU memory
-// (EXAMPLE_NET_GDR, or EXAMPLE_NET_DMABUF for dma-bufs); elsewhere in host memory, with the
-// same results. Also CHORUS_NET_PLACE_SLOTS=0 and FIFOs of other slots: staged.
-TEST(NetPlace, PluginMovesSlotsInTheKernelsMemory) {
-  const char* plugin = getenv("NCCL_NET_PLUGIN");
-  if (plugin == nullptr) GTEST_SKIP() << "needs NCCL_NET_PLUGIN (meson test device_net_place)";
-  auto flag = [](const char* name) { return getenv(name) != nullptr && atoi(getenv(name)) == 1; };
-  const bool gdr = flag("EXAMPLE_NET_GDR"), dmabuf = flag("EXAMPLE_NET_DMABUF");
-  constexpr int kRanks = 3;
-  struct Variant {
-    const char* name;
-    bool dmabuf, gpu;
-    const char* level;           // CHORUS_NET_GDR_LEVEL (null: unset, PXB)
-    bool read = true;            // CHORUS_NET_GDR_READ
-    bool off = false;            // CHORUS_NET_PLACE_SLOTS=0
-    bool otherGeometry = false;  // device FIFOs of other slots than the host FIFOs': not placed
-  };
-  for (const Variant& v : {Variant{"host memory", false, false, nullptr},
-                           Variant{"host memory, a dma-buf", true, false, nullptr},
-                           Variant{"GPU memory", false, true, "SYS"},
-                           Variant{"GPU memory, a dma-buf", true, true, "sys"},
-                           Variant{"GPU memory, receives only", true, true, "4", false},
-                           Variant{"GPU memory at an unknown distance", true, true, nullptr},
-                           Variant{"CHORUS_NET_PLACE_SLOTS=0", false, true, "SYS", true, true},
-                           Variant{"other slots", false, false, nullptr, true, false, true}}) {
-    SCOPED_TRACE(v.name);
-    if (v.off) setenv("CHORUS_NET_PLACE_SLOTS", "0", 1);
-    if (v.level != nullptr) setenv("CHORUS_NET_GDR_LEVEL", v.level, 1);
-    if (!v.read) setenv("CHORUS_NET_GDR_READ", "0", 1);
-    EmuGeometry g;
-    g.proxied = true;
-    g.placeSimple = true;
-    g.dmabufSlots = v.dmabuf;
-    unsigned long before[3] = {0, 0, 0}, after[3] = {0, 0, 0};
-    {
-      CommHostLinks links(kRanks, /*tcp=*/true, g.nchannels, /*p2p=*/false);
-      ASSERT_EQ(links.error(), "");
-      void* lib = dlopen(plugin, RTLD_NOW | RTLD_NOLOAD);
-      ASSERT_NE(lib, nullptr) << "the communicators did not load " << plugin;
-      auto counters = reinterpret_cast<void (*)(unsigned long*, unsigned long*, unsigned long*)>(
-          dlsym(lib, "exampleNetCounters"));
-      ASSERT_NE(counters, nullptr);
-      counters(&before[0], &before[1], &before[2]);
-      // Slot i of the host FIFO is slot i of the device FIFO, as a device communicator sizes
-      // its FIFOs from the host geometry.
-      SendConnector* send = nullptr;
-      RecvConnector* recv = nullptr;
-      ASSERT_TRUE(links.link(0, 1, 0, static_cast<int>(Proto::kSimple), &send, &recv));
-      if (!v.otherGeometry) {
-        g.nslots[static_cast<int>(Proto::kSimple)] = send->nslots();
-        g.slotBytes[static_cast<int>(Proto::kSimple)] = static_cast<uint32_t>(send->slotBytes());
-      }
-      ASSERT_NE(g.nslots[static_cast<int>(Proto::kSimple)] == send->nslots(), v.otherGeometry);
-      g.hostLinks = [&links](int sender, int receiver, int channel, int proto, SendConnector** send,
-                             RecvConnector** recv) {
-        return links.link(sender, receiver, channel, proto, send, recv);
-      };
-      // As the CUDA communicator decides (cuda/dev_comm_links.cc: gdrFor, gpuSlots): GPU
-      // memory where the transport says so, and a network that takes only dma-bufs gets one.
-      int gpuEnds = 0;
-      std::string verdict;
-      if (v.gpu)
-        g.gpuMemory = [&](int rank, int peer, bool sending) {
-          Result<NetGdr> r = links.gpuDirect(rank, peer);
-          EXPECT_TRUE(r.isOk()) << r.status().message();
-          if (!r.isOk()) return false;
-          verdict = r.value().why;
-          const bool in =
-              (sending ? r.value().send : r.value().recv) && (!r.value().dmabufOnly || v.dmabuf);
-          gpuEnds += in ? 1 : 0;
-          return in;
-        };
-      std::vector<Call> calls;
-      for (Proto p : {Proto::kSimple, Proto::kLl})
-        for (size_t count : {size_t{1}, size_t{3001}, size_t{70000}}) {
-          calls.push_back(Call{Coll::kAllReduce, ncclFloat32, ref::kSum, count, p, 2});
-          calls.push_back(Call{Coll::kAllGather, ncclBfloat16, ref::kSum, count, p, 2});
-        }
-      int placed = -1;
-      runCalls(kRanks, calls, false, 2, g, &placed);
-      counters(&after[0], &after[1], &after[2]);
-      dlclose(lib);
-      const bool takes = !v.off && !v.otherGeometry;
-      // Both ends of every ring channel's Simple link, in GPU or host memory.
-      const int ends = kRanks * g.nchannels;
-      EXPECT_EQ(placed, takes ? 2 * ends : 0);
-      // GPU memory: within the level, where the plugin takes it, sends only with NET_GDR_READ.
-      const bool reaches = gdr || (dmabuf && v.dmabuf);
-      const int wantGpu =
-          v.gpu && takes && v.level != nullptr && reaches ? ends + (v.read ? ends : 0) : 0;
-      EXPECT_EQ(gpuEnds, wantGpu) << verdict;
-      if (v.gpu && v.level == nullptr && reaches)
-        EXPECT_NE(verdict.find("unknown (NET_GDR_LEVEL PXB"), std::string::npos) << verdict;
-      const unsigned long regs = takes ? 2 * ends : 0;
-      EXPECT_EQ(after[0] - before[0], v.dmabuf && dmabuf ? regs : 0) << "dma-buf registrations";
-      EXPECT_EQ(after[1] - before[1],
-                v.dmabuf && dmabuf ? 0ul : static_cast<unsigned long>(wantGpu))
-          << "GPU memory registrations by address";
-      if (wantGpu > 0)
-        EXPECT_GT(after[2] - before[2], 0u) << "receives into GPU memory are flushed";
-      else
-        EXPECT_EQ(after[2] - before[2], 0u);
-    }
-    unsetenv("CHORUS_NET_PLACE_SLOTS");
-    unsetenv("CHORUS_NET_GDR_LEVEL");
-    unsetenv("CHORUS_NET_GDR_READ");
   }
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,8 @@
 #include "transport/device_proxy.h"
 #include "transport/net_plugin/net_abi.h"
 #include "transport/net_plugin/net_gdr.h"
+#include "transport/net_plugin/net_plugin.h"
+#include "transport/transport.h"
 
 namespace chorus {
 namespace {
@@ -152,6 +155,73 @@ TEST(NetGdr, WhatTheNetworkTakesDecides) {
   none.count = 0;
   g = chooseNetGdr(o, none);
   EXPECT_FALSE(g.recv || g.send);
+}
+
+// The net plugin transport's verdict over the devices its channels take, as the fixture places
+// them: the example plugin as two NICs on rails 0 and 1, at 0000:cf (below the switch of the
+// other socket's GPUs) and 0000:1a (below GPU 0000:18's switch). A rank takes the NIC below
+// its GPU's switch; its sends may also leave through the other rail's NIC, the other socket's.
+TEST(NetGdr, TheTransportJudgesTheDevicesItsChannelsTake) {
+  const char* lib = getenv("NET_EXAMPLE_V12");
+  if (lib == nullptr) GTEST_SKIP() << "needs NET_EXAMPLE_V12 (meson test test_net_gdr)";
+  setenv("EXAMPLE_NET_PCI_PATHS", "/nonexistent/0000:cf:00.0,/nonexistent/0000:1a:00.0", 1);
+  setenv("EXAMPLE_NET_GDR", "1", 1);
+  setenv("EXAMPLE_NET_RAILS", "0,1", 1);
+  Result<std::unique_ptr<NetPlugin>> plugin = loadNetPlugin(lib);
+  ASSERT_TRUE(plugin.isOk()) << plugin.status().message();
+  ASSERT_EQ(plugin.value()->devices(), 2);
+  Result<LocalTopology> topo =
+      loadTopologyFile(std::string(CHORUS_TOPO_FIXTURES) + "/dual_socket_4gpu_2nic.json");
+  ASSERT_TRUE(topo.isOk()) << topo.status().message();
+  auto verdict = [&](const char* gpu) {
+    TransportContext ctx;
+    ctx.nranks = 2;
+    ctx.geometry = FifoGeometry{8, 65536};
+    ctx.topo = &topo.value();
+    ctx.gpuBusId = gpu;
+    std::unique_ptr<Transport> t = makeNetPluginTransport(ctx, plugin.value().get());
+    Result<NetGdr> g = t->gpuDirect();
+    EXPECT_TRUE(g.isOk()) << g.status().message();
+    return g.isOk() ? g.value() : NetGdr();
+  };
+  // Receives through the NIC below the GPU's own switch (PIX); sends may take the other rail's.
+  for (const char* gpu : {"0000:18:00.0", "0000:cd:00.0"}) {
+    const NetGdr g = verdict(gpu);
+    EXPECT_TRUE(g.recv && !g.send && !g.dmabufOnly) << gpu << ": " << g.why;
+    EXPECT_NE(g.why.find("receives: the GPU and the network devices are PIX apart (NET_GDR_LEVEL "
+                         "PXB)"),
+              std::string::npos)
+        << g.why;
+    EXPECT_NE(g.why.find("other rails' devices: the GPU and the network devices are SYS apart"),
+              std::string::npos)
+        << g.why;
+  }
+  // Every device, the other socket's too: the farthest is SYS, within SYS only.
+  setenv("CHORUS_NET_NUMA_DEVICES", "0", 1);
+  NetGdr g = verdict("0000:18:00.0");
+  EXPECT_FALSE(g.recv || g.send);
+  EXPECT_NE(g.why.find("SYS apart, beyond NET_GDR_LEVEL PXB"), std::string::npos) << g.why;
+  setenv("CHORUS_NET_GDR_LEVEL", "SYS", 1);
+  g = verdict("0000:18:00.0");
+  EXPECT_TRUE(g.recv && g.send) << g.why;
+  unsetenv("CHORUS_NET_NUMA_DEVICES");
+  unsetenv("CHORUS_NET_GDR_LEVEL");
+  // A GPU the topology does not have: its distance is unknown.
+  g = verdict("0000:77:00.0");
+  EXPECT_FALSE(g.recv || g.send);
+  EXPECT_NE(g.why.find("unknown"), std::string::npos) << g.why;
+  // A bad level is an error naming the knob.
+  setenv("CHORUS_NET_GDR_LEVEL", "NVL", 1);
+  TransportContext ctx;
+  ctx.topo = &topo.value();
+  Result<NetGdr> bad = makeNetPluginTransport(ctx, plugin.value().get())->gpuDirect();
+  EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("CHORUS_NET_GDR_LEVEL=NVL"), std::string::npos)
+      << bad.status().message();
+  unsetenv("CHORUS_NET_GDR_LEVEL");
+  unsetenv("EXAMPLE_NET_RAILS");
+  unsetenv("EXAMPLE_NET_PCI_PATHS");
+  unsetenv("EXAMPLE_NET_GDR");
 }
 
 // A host FIFO whose far end is a proxy that takes no placement, or none at all.

@@ -86,7 +86,7 @@ class NetPlugin {
     return Status::ok();
   }
   // Whether iflush makes receives into GPU memory visible (else none is received there).
-  virtual bool flushesDevice() const { return true; }
+  virtual bool flushesDevice() const { return false; }
   virtual Status closeSend(void* sendComm) = 0;
   virtual Status closeRecv(void* recvComm) = 0;
   virtual Status closeListen(void* listenComm) = 0;

@@ -106,28 +106,34 @@ class NetTransport final : public Transport, public ProxyLink {
     holding_ = on;
   }
 
-  // GPU memory where every device this rank's channels take reaches it (NCCL_PTR_CUDA, or a
-  // dma-buf) within NET_GDR_LEVEL of the GPU; receives only where the plugin flushes them.
+  // GPU memory where every device a link may use reaches it (NCCL_PTR_CUDA, or a dma-buf)
+  // within NET_GDR_LEVEL of the GPU: for receives this rank's channels' devices, flushed; for
+  // sends also the devices of rails none of those is on (sendDevice may take them).
   Result<NetGdr> gpuDirect() override {
     NetGdrOptions o;
     CHORUS_ASSIGN_OR_RETURN(o, netGdrOptionsFromEnv());
-    NetGdrDevices d;
-    d.count = static_cast<int>(devices_.size());
-    d.ptrSupport = ~0;
-    d.distance = PciDistance::kSelf;
-    d.flush = plugin_->flushesDevice();
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (int dev : devices_) {
-      NetPlugin::Properties p;
-      d.ptrSupport &= plugin_->properties(dev, &p).isOk() ? p.ptrSupport : 0;
-      const std::string bus =
-          static_cast<size_t>(dev) < buses_.size() ? buses_[static_cast<size_t>(dev)] : "";
-      const PciDistance dist = ctx_.topo != nullptr && !bus.empty() && !ctx_.gpuBusId.empty()
-                                   ? pciDistance(*ctx_.topo, ctx_.gpuBusId, bus)
-                                   : PciDistance::kUnknown;
-      d.distance = std::max(d.distance, dist);
-    }
-    return chooseNetGdr(o, d);
+    // A device of another rank's rail (and plane) that none of this rank's devices is on.
+    std::vector<int> senders = devices_;
+    auto covered = [&](size_t d) {
+      for (int own : devices_)
+        if (rails_[static_cast<size_t>(own)] == rails_[d] &&
+            planes_[static_cast<size_t>(own)] == planes_[d])
+          return true;
+      return false;
+    };
+    for (size_t d = 0; d < rails_.size(); ++d)
+      if (rails_[d] >= 0 && !covered(d)) senders.push_back(static_cast<int>(d));
+    const NetGdr recv = chooseNetGdr(o, gdrDevices(devices_));
+    const NetGdr send = chooseNetGdr(o, gdrDevices(senders));
+    NetGdr g;
+    g.recv = recv.recv;
+    g.send = send.send;
+    g.dmabufOnly = (g.recv && recv.dmabufOnly) || (g.send && send.dmabufOnly);
+    g.why = senders.size() == devices_.size()
+                ? recv.why
+                : formatString("receives: %s; sends, also through other rails' devices: %s",
+                               recv.why.c_str(), send.why.c_str());
+    return g;
   }
 
   Result<bool> placeSlots(const void* fifo, const SlotMemory* mem) override {
@@ -267,6 +273,28 @@ class NetTransport final : public Transport, public ProxyLink {
     LOG_INFO(kSubsysNet, "rank %d: net plugin %s devices %s; %s: its channels use device%s %s",
              ctx_.rank, plugin_->name(), where.c_str(), why.c_str(),
              devices_.size() == 1 ? "" : "s", chosen.c_str());
+  }
+
+  // What the devices `devs` offer GPU memory: the pointers all take, the farthest of their
+  // distances to this rank's GPU, whether the plugin flushes.
+  NetGdrDevices gdrDevices(const std::vector<int>& devs) {
+    NetGdrDevices d;
+    d.count = static_cast<int>(devs.size());
+    d.ptrSupport = ~0;
+    d.distance = PciDistance::kSelf;
+    d.flush = plugin_->flushesDevice();
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (int dev : devs) {
+      NetPlugin::Properties p;
+      d.ptrSupport &= plugin_->properties(dev, &p).isOk() ? p.ptrSupport : 0;
+      const std::string bus =
+          static_cast<size_t>(dev) < buses_.size() ? buses_[static_cast<size_t>(dev)] : "";
+      const PciDistance dist = ctx_.topo != nullptr && !bus.empty() && !ctx_.gpuBusId.empty()
+                                   ? pciDistance(*ctx_.topo, ctx_.gpuBusId, bus)
+                                   : PciDistance::kUnknown;
+      d.distance = std::max(d.distance, dist);
+    }
+    return d;
   }
 
   std::string railText(int dev) const {
