@@ -284,8 +284,7 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
       const std::string what = formatString("rank %d: receive FIFOs from rank %d", rank_, prev);
       if (local.ok() && allocMapped(layout.totalBytes(), nullptr, what, &local, &recvViaHost_)) {
         recvRegion_ = recvViaHost_.dev;
-        const NetGdr& gdr = gdrFor(s, prev, &local);
-        if (gdr.recv) gpuSlots(layout, gdr.dmabufOnly, what, &recvViaHost_);
+        gpuSlots(gdrFor(s, prev, &local), false, layout, what, &recvViaHost_);
       }
     } else if (local.ok() &&
                local.cuda(cudaMalloc(reinterpret_cast<void**>(&recvRegion_), regionBytes),
@@ -299,8 +298,7 @@ Status CudaDeviceComm::init(const DeviceCommSetup& s) {
     if (sendVia && local.ok() &&
         allocMapped(layout.totalBytes(), &layout, sendWhat, &local, &sendViaHost_)) {
       sendRegion_ = sendViaHost_.dev;
-      const NetGdr& gdr = gdrFor(s, next, &local);
-      if (gdr.send) gpuSlots(layout, gdr.dmabufOnly, sendWhat, &sendViaHost_);
+      gpuSlots(gdrFor(s, next, &local), true, layout, sendWhat, &sendViaHost_);
     }
 
     RegionInfo mine{};

@@ -234,10 +234,12 @@ class CudaDeviceComm final : public DeviceComm {
   // GPUDirect RDMA for the links to `peer` through host connectors (s.gpuDirect), asked once
   // per peer and logged; none after a failure.
   const NetGdr& gdrFor(const DeviceCommSetup& s, int peer, SetupFailure* local);
-  // Moves the Simple slots of `r` (laid out as layout) into GPU memory, exported as a dma-buf
-  // where the driver does; false, r left in host memory (logged), where the network needs a
-  // dma-buf (dmabufOnly) that the driver does not give or GPU memory could not be had.
-  bool gpuSlots(const RegionLayout& layout, bool dmabufOnly, const std::string& what,
+  // Moves the Simple slots of `r` (laid out as layout), the sending (send) or receiving end of
+  // a link, into GPU memory where verdict gdr puts that end there (gpuEnd), exported as a
+  // dma-buf where the driver does; false, r left in host memory (logged where asked for), where
+  // it does not, the network needs a dma-buf that the driver does not give, or GPU memory
+  // could not be had.
+  bool gpuSlots(const NetGdr& gdr, bool send, const RegionLayout& layout, const std::string& what,
                 MappedRegion* r);
   // Host connectors of the ring channels whose link to the successor (sendVia) or from the
   // predecessor (recvVia) goes through host memory, joined to this rank's FIFOs by the proxy.

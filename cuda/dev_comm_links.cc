@@ -87,8 +87,9 @@ const NetGdr& CudaDeviceComm::gdrFor(const DeviceCommSetup& s, int peer, SetupFa
   return gdr_.emplace(peer, g).first->second;
 }
 
-bool CudaDeviceComm::gpuSlots(const RegionLayout& layout, bool dmabufOnly, const std::string& what,
-                              MappedRegion* r) {
+bool CudaDeviceComm::gpuSlots(const NetGdr& gdr, bool send, const RegionLayout& layout,
+                              const std::string& what, MappedRegion* r) {
+  if (!(send ? gdr.send : gdr.recv)) return false;
   // Whole 2 MiB granules: page-aligned, as a dma-buf's range must be.
   const size_t bytes = allocationBytes(layout.totalBytes(), true);
   char* mem = nullptr;
@@ -102,7 +103,7 @@ bool CudaDeviceComm::gpuSlots(const RegionLayout& layout, bool dmabufOnly, const
     return false;
   }
   const int fd = exportDmaBuf(mem, bytes);
-  if (fd < 0 && dmabufOnly) {
+  if (!gpuEnd(gdr, send, fd >= 0)) {
     cudaFree(mem);
     LOG_INFO(kSubsysInit,
              "%s: the network takes GPU memory only as a dma-buf, which the driver does not "
@@ -172,8 +173,7 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
       MappedRegion& in = peerRecvViaHost_[static_cast<size_t>(p)];
       const std::string what = formatString("rank %d: receive FIFO from rank %d", rank_, p);
       if (local->ok() && allocMapped(layout.totalBytes(), nullptr, what, local, &in)) {
-        const NetGdr& gdr = gdrFor(s, p, local);
-        if (gdr.recv) gpuSlots(layout, gdr.dmabufOnly, what, &in);
+        gpuSlots(gdrFor(s, p, local), false, layout, what, &in);
         peerRecv_[static_cast<size_t>(p)] = in.dev;
         info.region.usable = local->ok() ? 1 : 0;
       }
@@ -229,8 +229,7 @@ Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,
       MappedRegion& out = peerSendViaHost_[static_cast<size_t>(p)];
       const std::string what = formatString("rank %d: send FIFO to rank %d", rank_, p);
       if (allocMapped(layout.totalBytes(), &layout, what, local, &out)) {
-        const NetGdr& gdr = gdrFor(s, p, local);
-        if (gdr.send) gpuSlots(layout, gdr.dmabufOnly, what, &out);
+        gpuSlots(gdrFor(s, p, local), true, layout, what, &out);
         peerSend_[static_cast<size_t>(p)] = out.dev;
       }
       continue;

@@ -131,8 +131,8 @@ TEST(NetPlace, NetworkMovesSlotsInTheKernelsMemory) {
                              RecvConnector** recv) {
         return links.link(sender, receiver, channel, proto, send, recv);
       };
-      // As the CUDA communicator decides (cuda/dev_comm_links.cc: gdrFor, gpuSlots): GPU
-      // memory where the transport says so, and a network that takes only dma-bufs gets one.
+      // As the CUDA communicator decides (cuda/dev_comm_links.cc: gdrFor, gpuSlots, gpuEnd):
+      // GPU memory where the transport says so, as the network takes it (a dma-buf or not).
       int gpuEnds = 0;
       std::string verdict;
       if (v.gpu)
@@ -141,8 +141,7 @@ TEST(NetPlace, NetworkMovesSlotsInTheKernelsMemory) {
           EXPECT_TRUE(r.isOk()) << r.status().message();
           if (!r.isOk()) return false;
           verdict = r.value().why;
-          const bool in =
-              (sending ? r.value().send : r.value().recv) && (!r.value().dmabufOnly || v.dmabuf);
+          const bool in = gpuEnd(r.value(), sending, v.dmabuf);
           gpuEnds += in ? 1 : 0;
           return in;
         };

@@ -44,4 +44,10 @@ struct NetGdr {
 // The verdict for a rank whose network devices are d.
 NetGdr chooseNetGdr(const NetGdrOptions& o, const NetGdrDevices& d);
 
+// Whether the sending (send) or receiving end of a link goes in GPU memory under verdict g, the
+// memory exported as a dma-buf or not (dmabuf): the device communicator's rule, in one place.
+inline bool gpuEnd(const NetGdr& g, bool send, bool dmabuf) {
+  return (send ? g.send : g.recv) && (!g.dmabufOnly || dmabuf);
+}
+
 }  // namespace chorus
