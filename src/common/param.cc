@@ -122,6 +122,11 @@ const std::vector<ParamDef> kParams = {
      "1: IB data as plain RDMA writes followed by a zero-byte write with immediate, as adaptive "
      "routing (packets out of order) needs; 0: one write with immediate per queue pair",
      true},
+    {"IB_PEER_MEMORY", ParamType::kInt, "-1",
+     "GPU memory registered with the HCA by its address (NCCL_PTR_CUDA) through a peer memory "
+     "module: -1 where /sys shows nvidia-peermem or nv_peer_mem loaded, 0 never (dma-bufs "
+     "only), 1 always",
+     false},
     {"IB_VERBS_LIBRARY", ParamType::kString, "libibverbs.so.1",
      "The verbs library the IB network loads (another rdma-core build, or a stand-in)", false},
     {"IB_HCA", ParamType::kString, "",

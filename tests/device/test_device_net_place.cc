@@ -53,8 +53,10 @@ bool networkUnderTest(Network* n) {
   const char* net = getenv("NCCL_NET");
   const char* verbs = getenv("CHORUS_IB_VERBS_LIBRARY");
   if (net == nullptr || std::string(net) != "IB" || verbs == nullptr) return false;
-  // Chorus's IB network: GPU memory only as dma-bufs, flushed by an RDMA read.
+  // Chorus's IB network: GPU memory as dma-bufs, and by its address with a peer memory module
+  // (CHORUS_IB_PEER_MEMORY=1), flushed by an RDMA read.
   n->name = "the IB network";
+  n->cuda = flag("CHORUS_IB_PEER_MEMORY");
   n->dmabuf = !flag("FAKE_IBV_NO_DMABUF");
   n->counters = [verbs](unsigned long* c) {
     void* lib = dlopen(verbs, RTLD_NOW | RTLD_NOLOAD);
@@ -64,7 +66,7 @@ bool networkUnderTest(Network* n) {
     FakeVerbsStats st;
     fn(&st);
     c[0] = st.dmabufMrs;
-    c[1] = 0;
+    c[1] = st.readableMrs;  // by address: only GPU memory is registered for remote reads
     c[2] = st.reads;
     dlclose(lib);
   };

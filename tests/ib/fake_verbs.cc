@@ -429,6 +429,7 @@ ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
   mrs[m->mr.lkey] = m;
   ++stats.mrsLive;
   ++stats.mrsRegistered;
+  if ((access & IBV_ACCESS_REMOTE_READ) != 0) ++stats.readableMrs;
   return &m->mr;
 }
 
@@ -463,6 +464,7 @@ ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t offset, size_t length, uint64_t i
   ibv_mr* mr = ibv_reg_mr(pd, addr, length, access);
   std::lock_guard<std::mutex> lock(mu);
   if (mr != nullptr) ++stats.dmabufMrs;
+  if (mr != nullptr && (access & IBV_ACCESS_REMOTE_READ) != 0) --stats.readableMrs;
   return mr;
 }
 

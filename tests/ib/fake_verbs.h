@@ -23,6 +23,7 @@ typedef struct {
   int lastSgidIndex;       /* the source GID index of the last RoCE RTR */
   uint64_t dmabufMrs;      /* dma-buf registrations whose fd held the bytes at their iova */
   uint64_t reads;          /* RDMA reads done */
+  uint64_t readableMrs;    /* ibv_reg_mr calls that allow remote reads (not dma-bufs) */
 } FakeVerbsStats;
 
 typedef void (*FakeVerbsStatsFn)(FakeVerbsStats* out);

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "tests/ib/fake_verbs.h"
+#include "tests/ib/fake_verbs_testing.h"
 #include "transport/ib/ib_devices.h"
 #include "transport/ib/ib_logic.h"
 #include "transport/ib/ib_net.h"
@@ -27,37 +28,6 @@ namespace {
 
 using chorus::NetPlugin;
 using namespace chorus::ib;
-
-// The stand-in verbs, loaded once.
-const chorus::VerbsApi* fakeVerbs() {
-  static std::unique_ptr<const chorus::VerbsApi> verbs;
-  if (verbs != nullptr) return verbs.get();
-  const char* lib = getenv("CHORUS_IB_VERBS_LIBRARY");
-  EXPECT_NE(lib, nullptr) << "CHORUS_IB_VERBS_LIBRARY names the stand-in verbs library";
-  if (lib == nullptr) return nullptr;
-  auto v = chorus::loadVerbs(lib);
-  EXPECT_TRUE(v.isOk()) << v.status().message();
-  if (v.isOk()) verbs = v.take();
-  return verbs.get();
-}
-
-FakeVerbsStats fakeStats() {
-  void* lib = dlopen(getenv("CHORUS_IB_VERBS_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
-  FakeVerbsStats s;
-  memset(&s, 0, sizeof s);
-  if (lib == nullptr) return s;
-  auto fn = reinterpret_cast<FakeVerbsStatsFn>(dlsym(lib, "fake_verbs_stats"));
-  if (fn != nullptr) fn(&s);
-  return s;
-}
-
-void failWrites(int n) {
-  void* lib = dlopen(getenv("CHORUS_IB_VERBS_LIBRARY"), RTLD_NOW | RTLD_NOLOAD);
-  ASSERT_NE(lib, nullptr);
-  auto fn = reinterpret_cast<FakeVerbsFailWritesFn>(dlsym(lib, "fake_verbs_fail_writes"));
-  ASSERT_NE(fn, nullptr);
-  fn(n);
-}
 
 TEST(IbLogic, ConnectionInfoRoundTripsAndBadInfoIsRefused) {
   ConnInfo in;
@@ -368,23 +338,6 @@ TEST(IbDevices, PortsThatAreDownAreNotUsed) {
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
-}
-
-// Polls both requests to their end; false when either failed (its message in *why).
-bool finish(NetPlugin& p, void* sreq, void* rreq, size_t* sent, size_t* got, std::string* why) {
-  bool sdone = sreq == nullptr, rdone = rreq == nullptr;
-  for (long i = 0; i < 10000000 && !(sdone && rdone); ++i) {
-    if (!sdone) {
-      auto s = p.test(sreq, &sdone, sent);
-      if (!s.isOk()) return *why = s.message(), false;
-    }
-    if (!rdone) {
-      auto s = p.test(rreq, &rdone, got);
-      if (!s.isOk()) return *why = s.message(), false;
-    }
-  }
-  if (!(sdone && rdone)) *why = "not done";
-  return sdone && rdone;
 }
 
 // A grouped receive (net_plugin_testing.h): one FIFO write tells the sender of its three

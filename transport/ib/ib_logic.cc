@@ -1,7 +1,10 @@
 #include "transport/ib/ib_logic.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "common/param.h"
 
@@ -49,7 +52,16 @@ Result<Options> optionsFromEnvironment() {
   CHORUS_TRY(readRange("IB_TC", 0, 255, &o.trafficClass));
   CHORUS_TRY(readRange("IB_ADAPTIVE_ROUTING", 0, 1, &ar));
   o.adaptiveRouting = ar != 0;
+  CHORUS_TRY(readRange("IB_PEER_MEMORY", -1, 1, &o.peerMemory));
   return o;
+}
+
+bool peerMemoryLoaded(const std::string& sysRoot) {
+  for (const char* path :
+       {"/module/nvidia_peermem/version", "/kernel/mm/memory_peers/nvidia-peermem/version",
+        "/kernel/mm/memory_peers/nv_mem/version"})
+    if (access((sysRoot + path).c_str(), F_OK) == 0) return true;
+  return false;
 }
 
 void encodeConnInfo(const ConnInfo& info, uint8_t out[kConnInfoBytes]) {

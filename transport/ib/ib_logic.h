@@ -29,11 +29,19 @@ struct Options {
   int serviceLevel = 0;
   int trafficClass = 0;
   bool adaptiveRouting = false;  // data as plain writes, then a zero-byte write with immediate
+  // GPU memory registered by its address (a peer memory module, nvidia-peermem or nv_peer_mem,
+  // lets the HCA reach it): -1 where /sys shows the module, 0 never, 1 always.
+  int peerMemory = -1;
 };
-// From NCCL_IB_QPS_PER_CONNECTION, NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT, NCCL_IB_SL, NCCL_IB_TC
-// and NCCL_IB_ADAPTIVE_ROUTING (CHORUS_ names first); a value out of range is an error naming
-// the variable and the range.
+// From NCCL_IB_QPS_PER_CONNECTION, NCCL_IB_TIMEOUT, NCCL_IB_RETRY_CNT, NCCL_IB_SL, NCCL_IB_TC,
+// NCCL_IB_ADAPTIVE_ROUTING (CHORUS_ names first) and CHORUS_IB_PEER_MEMORY; a value out of
+// range is an error naming the variable and the range.
 Result<Options> optionsFromEnvironment();
+
+// Whether a peer memory module that lets an HCA register GPU memory by its address is loaded,
+// as sysRoot ("/sys") shows it: nvidia-peermem (as a module or a memory-peers client) or the
+// older nv_peer_mem.
+bool peerMemoryLoaded(const std::string& sysRoot);
 
 // What each end sends the other over the setup socket: the sender first (with its FIFO), the
 // receiver's answer (queue pairs only), then one byte from the sender once its queue pairs can

@@ -50,6 +50,8 @@ Status IbNet::discover() {
         if (probe != nullptr) v_->deregMr(probe);
         hca->dmabuf = probe != nullptr || (errno != EOPNOTSUPP && errno != EPROTONOSUPPORT);
       }
+      hca->peerMemory =
+          options_.peerMemory == 1 || (options_.peerMemory < 0 && ib::peerMemoryLoaded("/sys"));
     }
     auto p = std::make_unique<Port>();
     p->hca = hca;
@@ -216,7 +218,18 @@ int postSignaled(ibv_qp* qp, uint64_t id, ibv_wr_opcode opcode, void* local, uin
 }  // namespace
 
 Status IbNet::regMr(void* comm, void* data, size_t size, void** mhandle) {
-  return registerPages(comm, data, size, -1, 0, mhandle);
+  return registerPages(comm, data, size, false, -1, 0, mhandle);
+}
+
+Status IbNet::regMrDevice(void* comm, void* data, size_t size, void** mhandle) {
+  *mhandle = nullptr;
+  const Hca* hca = static_cast<Comm*>(comm)->port->hca;
+  if (!hca->peerMemory)
+    return invalidUsage(
+        "IB: %s does not register GPU memory by its address: no peer memory module "
+        "(nvidia-peermem) is loaded (CHORUS_IB_PEER_MEMORY=1 says there is one)",
+        hca->name.c_str());
+  return registerPages(comm, data, size, true, -1, 0, mhandle);
 }
 
 Status IbNet::regMrDmaBuf(void* comm, void* data, size_t size, int, uint64_t offset, int fd,
@@ -230,19 +243,19 @@ Status IbNet::regMrDmaBuf(void* comm, void* data, size_t size, int, uint64_t off
     return invalidUsage("IB: %s does not register dma-bufs (its kernel driver refused)",
                         hca->name.c_str());
   if (fd < 0) return invalidArgument("IB: a dma-buf registration with fd %d", fd);
-  return registerPages(comm, data, size, fd, offset, mhandle);
+  return registerPages(comm, data, size, true, fd, offset, mhandle);
 }
 
-// The pages holding data: ordinary memory (fd < 0), registered once for every registration
-// that shares them, or the dma-buf fd whose byte `offset` is data's first (the pages' start is
-// as far before that as data is past its page), registered each time (the same addresses may
-// map other memory next time).
-Status IbNet::registerPages(void* comm, void* data, size_t size, int fd, uint64_t offset,
-                            void** mhandle) {
+// The pages holding data: host memory (fd < 0), registered once for every registration that
+// shares them; or GPU memory, registered each time (the same addresses may map other memory
+// next time), by its address or as the dma-buf fd whose byte `offset` is data's first (the
+// pages' start is as far before that as data is past its page).
+Status IbNet::registerPages(void* comm, void* data, size_t size, bool device, int fd,
+                            uint64_t offset, void** mhandle) {
   Hca* hca = static_cast<Comm*>(comm)->port->hca;
-  // GPU memory (a dma-buf) is also read by the flush after receives.
+  // GPU memory is also read by the flush after receives.
   const int access =
-      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | (fd >= 0 ? IBV_ACCESS_REMOTE_READ : 0);
+      IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | (device ? IBV_ACCESS_REMOTE_READ : 0);
   std::lock_guard<std::mutex> lock(hca->mrMutex);
   Result<ib::MrCache::Entry*> e = hca->mrs.acquire(
       data, size,
@@ -270,13 +283,13 @@ Status IbNet::registerPages(void* comm, void* data, size_t size, int fd, uint64_
                            bytes, hca->name.c_str()));
         return static_cast<void*>(mr);
       },
-      fd < 0);
+      !device);
   if (!e.isOk()) return e.status();
   *mhandle = e.value();
   return Status::ok();
 }
 
-// Host memory needs no flush. What the HCA wrote into GPU memory (a dma-buf registration) may
+// Host memory needs no flush. What the HCA wrote into GPU memory (a registration of its own) may
 // still be on its way when the receive completes: an RDMA read of a byte of the last such
 // buffer that took data, through the flush queue pair, completes only after those writes
 // reached the memory (PCIe orders a read after the writes before it).

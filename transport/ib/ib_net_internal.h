@@ -44,7 +44,8 @@ struct Hca {
   ibv_pd* pd = nullptr;
   std::mutex mrMutex;
   ib::MrCache mrs;
-  bool dmabuf = false;  // the kernel and driver register dma-bufs (probed at discovery)
+  bool dmabuf = false;      // the kernel and driver register dma-bufs (probed at discovery)
+  bool peerMemory = false;  // GPU memory by its address (Options::peerMemory)
 };
 
 // One device of the network: an HCA port.
@@ -150,7 +151,8 @@ class IbNet final : public NetPlugin {
     out->speedMbps = static_cast<int>(ports_[dev]->gbps * 1000);
     out->maxRecvs = kMaxRecvs;
     // dma-bufs (GPU memory) where the HCA registers them.
-    out->ptrSupport = NCCL_PTR_HOST | (ports_[dev]->hca->dmabuf ? NCCL_PTR_DMABUF : 0);
+    out->ptrSupport = NCCL_PTR_HOST | (ports_[dev]->hca->dmabuf ? NCCL_PTR_DMABUF : 0) |
+                      (ports_[dev]->hca->peerMemory ? NCCL_PTR_CUDA : 0);
     out->maxMessageBytes = size_t(1) << 30;
     out->pciPath = ports_[dev]->pciPath;
     return Status::ok();
@@ -160,6 +162,7 @@ class IbNet final : public NetPlugin {
   Status connect(int dev, void* handle, void** sendComm) override;
   Status accept(void* listenComm, void** recvComm) override;
   Status regMr(void* comm, void* data, size_t size, void** mhandle) override;
+  Status regMrDevice(void* comm, void* data, size_t size, void** mhandle) override;
   Status regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
                      void** mhandle) override;
   Status deregMr(void* comm, void* mhandle) override;
@@ -210,7 +213,9 @@ class IbNet final : public NetPlugin {
   Status stepConnect(int dev, Handle* h, void** sendComm);
   Status stepAccept(ListenComm* l, void** recvComm);
   void poll(Comm* c);
-  Status registerPages(void* comm, void* data, size_t size, int fd, uint64_t offset,
+  // Host memory (shared registrations), or GPU memory (registrations of their own that remote
+  // reads may reach, for flushes): by address (fd < 0), or through the dma-buf fd.
+  Status registerPages(void* comm, void* data, size_t size, bool device, int fd, uint64_t offset,
                        void** mhandle);
   Status failure(Comm* c, const std::string& why);
   Status peekPeer(Comm* c);
