@@ -236,10 +236,9 @@ class CudaDeviceComm final : public DeviceComm {
   const NetGdr& gdrFor(const DeviceCommSetup& s, int peer, SetupFailure* local);
   // Moves the Simple slots of `r` (laid out as layout), the sending (send) or receiving end of
   // a link, into GPU memory where verdict gdr puts that end there (gpuEnd), exported as a
-  // dma-buf where the driver does; false, r left in host memory (logged where asked for), where
-  // it does not, the network needs a dma-buf that the driver does not give, or GPU memory
-  // could not be had.
-  bool gpuSlots(const NetGdr& gdr, bool send, const RegionLayout& layout, const std::string& what,
+  // dma-buf where the driver does. Where the driver gives no dma-buf a network needs, or GPU
+  // memory cannot be had, r stays in host memory (logged).
+  void gpuSlots(const NetGdr& gdr, bool send, const RegionLayout& layout, const std::string& what,
                 MappedRegion* r);
   // Host connectors of the ring channels whose link to the successor (sendVia) or from the
   // predecessor (recvVia) goes through host memory, joined to this rank's FIFOs by the proxy.

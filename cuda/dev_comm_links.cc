@@ -87,9 +87,9 @@ const NetGdr& CudaDeviceComm::gdrFor(const DeviceCommSetup& s, int peer, SetupFa
   return gdr_.emplace(peer, g).first->second;
 }
 
-bool CudaDeviceComm::gpuSlots(const NetGdr& gdr, bool send, const RegionLayout& layout,
+void CudaDeviceComm::gpuSlots(const NetGdr& gdr, bool send, const RegionLayout& layout,
                               const std::string& what, MappedRegion* r) {
-  if (!(send ? gdr.send : gdr.recv)) return false;
+  if (!(send ? gdr.send : gdr.recv)) return;
   // Whole 2 MiB granules: page-aligned, as a dma-buf's range must be.
   const size_t bytes = allocationBytes(layout.totalBytes(), true);
   char* mem = nullptr;
@@ -100,7 +100,7 @@ bool CudaDeviceComm::gpuSlots(const NetGdr& gdr, bool send, const RegionLayout& 
              "%s: cudaMalloc of %zu bytes of GPU slots failed (%s): slots in host "
              "memory",
              what.c_str(), bytes, cudaGetErrorString(e));
-    return false;
+    return;
   }
   const int fd = exportDmaBuf(mem, bytes);
   if (!gpuEnd(gdr, send, fd >= 0)) {
@@ -109,12 +109,11 @@ bool CudaDeviceComm::gpuSlots(const NetGdr& gdr, bool send, const RegionLayout& 
              "%s: the network takes GPU memory only as a dma-buf, which the driver does not "
              "export here: slots in host memory",
              what.c_str());
-    return false;
+    return;
   }
   gpuSlotRegions_.emplace_back(mem, fd);
   r->gpu = mem;
   r->gpuFd = fd;
-  return true;
 }
 
 Status CudaDeviceComm::connectPeers(const DeviceCommSetup& s,

@@ -95,8 +95,8 @@ const std::vector<ParamDef> kParams = {
      false},
     {"NET_PLACE_SLOTS", ParamType::kInt, "1",
      "1: device links through a net plugin send from and receive into the device FIFO's own "
-     "memory where the plugin reaches it (host memory; GPU memory with NCCL_PTR_CUDA), so the "
-     "proxy copies no Simple slot; 0: through the transport's own buffers",
+     "memory where the plugin reaches it (host memory; GPU memory with NCCL_PTR_CUDA or as a "
+     "dma-buf), so the proxy copies no Simple slot; 0: through the transport's own buffers",
      false},
     {"NET_GDR_LEVEL", ParamType::kString, "",
      "GPUDirect RDMA: farthest apart a rank's GPU and its network devices may be for the "

@@ -87,21 +87,9 @@ Result<Comm*> IbNet::createComm(bool isSend, int dev, int nqps) {
   raw->cq = v_->createCq(hca->ctx, kMaxRequests * (kMaxRecvs * nqps + 2) + 8, nullptr, nullptr, 0);
   if (raw->cq == nullptr) return fail("ibv_create_cq");
   for (int q = 0; q < nqps; ++q) {
-    ibv_qp_init_attr init;
-    memset(&init, 0, sizeof init);
-    init.send_cq = raw->cq;
-    init.recv_cq = raw->cq;
-    init.qp_type = IBV_QPT_RC;
-    init.cap.max_send_wr = 2 * kMaxRequests + 2;
-    init.cap.max_recv_wr = kMaxRequests * kMaxRecvs;
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
-    raw->qps[q] = v_->createQp(hca->pd, &init);
-    if (raw->qps[q] == nullptr) return fail("ibv_create_qp");
-    ibv_qp_attr attr;
-    int mask = 0;
-    ib::initTransition(raw->port->local, &attr, &mask);
-    if (v_->modifyQp(raw->qps[q], &attr, mask) != 0) return fail("moving a queue pair to INIT");
+    const char* failed =
+        initQp(raw, 2 * kMaxRequests + 2, kMaxRequests * kMaxRecvs, 0, &raw->qps[q]);
+    if (failed != nullptr) return fail(failed);
   }
   raw->fifo = static_cast<FifoEntry*>(aligned_alloc(4096, kFifoBytes));
   if (raw->fifo == nullptr) return fail("allocating the FIFO");
@@ -110,6 +98,41 @@ Result<Comm*> IbNet::createComm(bool isSend, int dev, int nqps) {
   raw->fifoMr = v_->regMr(hca->pd, raw->fifo, kFifoBytes, access);
   if (raw->fifoMr == nullptr) return fail("ibv_reg_mr of the FIFO");
   return raw;
+}
+
+const char* IbNet::initQp(Comm* c, uint32_t sendWrs, uint32_t recvWrs, int remoteAccess,
+                          ibv_qp** qp) {
+  ibv_qp_init_attr init;
+  memset(&init, 0, sizeof init);
+  init.send_cq = c->cq;
+  init.recv_cq = c->cq;
+  init.qp_type = IBV_QPT_RC;
+  init.cap.max_send_wr = sendWrs;
+  init.cap.max_recv_wr = recvWrs;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  *qp = v_->createQp(c->port->hca->pd, &init);
+  if (*qp == nullptr) return "ibv_create_qp";
+  ibv_qp_attr attr;
+  int mask = 0;
+  ib::initTransition(c->port->local, &attr, &mask);
+  attr.qp_access_flags |= remoteAccess;
+  if (v_->modifyQp(*qp, &attr, mask) != 0) return "moving a queue pair to INIT";
+  return nullptr;
+}
+
+Status IbNet::qpToRts(Comm* c, ibv_qp* qp, const ConnInfo& remote, int q) {
+  ibv_qp_attr attr;
+  int mask = 0;
+  ib::rtrTransition(c->port->local, remote, q, options_, &attr, &mask);
+  if (v_->modifyQp(qp, &attr, mask) != 0)
+    return errnoError(errno != 0 ? errno : EINVAL,
+                      "IB: moving a queue pair of " + c->port->label + " to RTR");
+  ib::rtsTransition(c->psn, options_, &attr, &mask);
+  if (v_->modifyQp(qp, &attr, mask) != 0)
+    return errnoError(errno != 0 ? errno : EINVAL,
+                      "IB: moving a queue pair of " + c->port->label + " to RTS");
+  return Status::ok();
 }
 
 void IbNet::fillInfo(const Comm* c, ConnInfo* info) const {
@@ -132,18 +155,7 @@ Status IbNet::toRts(Comm* c, const ConnInfo& remote) {
     return remoteError("IB: %s is %s, the peer's port %s", c->port->label.c_str(),
                        c->port->local.roce ? "RoCE" : "InfiniBand",
                        remoteRoce ? "RoCE" : "InfiniBand");
-  for (int q = 0; q < c->nqps; ++q) {
-    ibv_qp_attr attr;
-    int mask = 0;
-    ib::rtrTransition(c->port->local, remote, q, options_, &attr, &mask);
-    if (v_->modifyQp(c->qps[q], &attr, mask) != 0)
-      return errnoError(errno != 0 ? errno : EINVAL,
-                        "IB: moving a queue pair of " + c->port->label + " to RTR");
-    ib::rtsTransition(c->psn, options_, &attr, &mask);
-    if (v_->modifyQp(c->qps[q], &attr, mask) != 0)
-      return errnoError(errno != 0 ? errno : EINVAL,
-                        "IB: moving a queue pair of " + c->port->label + " to RTS");
-  }
+  for (int q = 0; q < c->nqps; ++q) CHORUS_TRY(qpToRts(c, c->qps[q], remote, q));
   if (!c->isSend) {
     c->remoteFifo = remote.fifoAddr;
     c->remoteFifoKey = remote.fifoRkey;
@@ -165,31 +177,13 @@ Status IbNet::makeFlushQp(Comm* c) {
   memset(c->flushBuf, 0, 64);
   c->flushMr = v_->regMr(hca->pd, c->flushBuf, 64, IBV_ACCESS_LOCAL_WRITE);
   if (c->flushMr == nullptr) return fail("ibv_reg_mr");
-  ibv_qp_init_attr init;
-  memset(&init, 0, sizeof init);
-  init.send_cq = c->cq;
-  init.recv_cq = c->cq;
-  init.qp_type = IBV_QPT_RC;
-  init.cap.max_send_wr = kMaxRequests;
-  init.cap.max_recv_wr = 1;
-  init.cap.max_send_sge = 1;
-  init.cap.max_recv_sge = 1;
-  c->flushQp = v_->createQp(hca->pd, &init);
-  if (c->flushQp == nullptr) return fail("ibv_create_qp");
-  ibv_qp_attr attr;
-  int mask = 0;
-  ib::initTransition(c->port->local, &attr, &mask);
-  attr.qp_access_flags |= IBV_ACCESS_REMOTE_READ;
-  if (v_->modifyQp(c->flushQp, &attr, mask) != 0) return fail("moving a queue pair to INIT");
+  const char* failed = initQp(c, kMaxRequests, 1, IBV_ACCESS_REMOTE_READ, &c->flushQp);
+  if (failed != nullptr) return fail(failed);
   ConnInfo self{};
   fillInfo(c, &self);
   self.nqps = 1;
   self.qpn[0] = c->flushQp->qp_num;
-  ib::rtrTransition(c->port->local, self, 0, options_, &attr, &mask);
-  if (v_->modifyQp(c->flushQp, &attr, mask) != 0) return fail("moving a queue pair to RTR");
-  ib::rtsTransition(c->psn, options_, &attr, &mask);
-  if (v_->modifyQp(c->flushQp, &attr, mask) != 0) return fail("moving a queue pair to RTS");
-  return Status::ok();
+  return qpToRts(c, c->flushQp, self, 0);
 }
 
 namespace {

@@ -207,6 +207,11 @@ class IbNet final : public NetPlugin {
     return Status::ok();
   }
   Result<Comm*> createComm(bool isSend, int dev, int nqps);
+  // An RC queue pair on c's port and CQ, moved to INIT with remoteAccess added to what remote
+  // peers may do: null, or what failed (errno set) with *qp null or to destroy.
+  const char* initQp(Comm* c, uint32_t sendWrs, uint32_t recvWrs, int remoteAccess, ibv_qp** qp);
+  // Moves qp to RTR towards queue pair q of remote, then to RTS.
+  Status qpToRts(Comm* c, ibv_qp* qp, const ConnInfo& remote, int q);
   Status toRts(Comm* c, const ConnInfo& remote);
   Status makeFlushQp(Comm* c);
   void fillInfo(const Comm* c, ConnInfo* info) const;

@@ -79,9 +79,11 @@ struct NetConn {
     size_t got = 0;                       // the data's bytes, as sent or received
   } reqs[kInFlight];
   bool failed = false;
+  // Slot i's data and the bytes it holds: the party's memory when placed, else the FIFO's own.
   char* slot(uint64_t i, size_t slotBytes) const {
     return placed ? place.data + (i % place.nslots) * place.slotBytes : data + i * slotBytes;
   }
+  size_t capacity(size_t slotBytes) const { return placed ? place.slotBytes : slotBytes; }
 };
 
 class NetTransport final : public Transport, public ProxyLink {
@@ -241,14 +243,12 @@ class NetTransport final : public Transport, public ProxyLink {
   // a NIC per socket, or per GPU, keeps each rank's traffic off the other socket), else all.
   void chooseDevices() {
     std::vector<int> nodes;
-    std::vector<std::string> buses;
     std::string where;
     for (int d = 0; d < plugin_->devices(); ++d) {
       NetPlugin::Properties p;
       const bool ok = plugin_->properties(d, &p).isOk();
       nodes.push_back(ok ? netDeviceNumaNode(p.pciPath) : -1);
-      buses.push_back(ok ? netDeviceBusId(p.pciPath) : "");
-      buses_.push_back(buses.back());
+      buses_.push_back(ok ? netDeviceBusId(p.pciPath) : "");
       rails_.push_back(ok && p.railId >= 0 ? p.railId : -1);
       planes_.push_back(ok && p.railId >= 0 ? p.planeId : -1);
       where += formatString("%s%d %s(NUMA node %d%s)", d == 0 ? "" : ", ", d,
@@ -261,7 +261,7 @@ class NetTransport final : public Transport, public ProxyLink {
     const bool known = ctx_.peers != nullptr && ctx_.rank >= 0 &&
                        static_cast<size_t>(ctx_.rank) < ctx_.peers->size();
     const int node = known ? (*ctx_.peers)[ctx_.rank].numaNode : -1;
-    const NetDeviceChoice choice = chooseNetDevices(nodes, buses, ctx_.topo, node, ctx_.gpuBusId);
+    const NetDeviceChoice choice = chooseNetDevices(nodes, buses_, ctx_.topo, node, ctx_.gpuBusId);
     devices_ = choice.devices;
     std::string chosen;
     for (int d : devices_) chosen += formatString("%s%d", chosen.empty() ? "" : ",", d);
@@ -287,6 +287,7 @@ class NetTransport final : public Transport, public ProxyLink {
     for (int dev : devs) {
       NetPlugin::Properties p;
       d.ptrSupport &= plugin_->properties(dev, &p).isOk() ? p.ptrSupport : 0;
+      // (A plugin that lists no device leaves device 0 without a bus id.)
       const std::string bus =
           static_cast<size_t>(dev) < buses_.size() ? buses_[static_cast<size_t>(dev)] : "";
       const PciDistance dist = ctx_.topo != nullptr && !bus.empty() && !ctx_.gpuBusId.empty()
@@ -393,17 +394,16 @@ class NetTransport final : public Transport, public ProxyLink {
     CHORUS_TRY(plugin_->properties(c.dev, &p));
     const SlotMemory& m = c.place;
     const size_t bytes = size_t(m.nslots) * m.slotBytes;
-    Status s =
-        m.dmabufFd >= 0 && (p.ptrSupport & NCCL_PTR_DMABUF) != 0
-            ? plugin_->regMrDmaBuf(c.comm, m.data, bytes, m.device ? NCCL_PTR_CUDA : NCCL_PTR_HOST,
-                                   m.dmabufOffset, m.dmabufFd, &c.placedMr)
-        : m.device ? plugin_->regMrDevice(c.comm, m.data, bytes, &c.placedMr)
-                   : plugin_->regMr(c.comm, m.data, bytes, &c.placedMr);
+    const bool dmabuf = m.dmabufFd >= 0 && (p.ptrSupport & NCCL_PTR_DMABUF) != 0;
+    Status s = dmabuf     ? plugin_->regMrDmaBuf(c.comm, m.data, bytes,
+                                             m.device ? NCCL_PTR_CUDA : NCCL_PTR_HOST,
+                                                 m.dmabufOffset, m.dmabufFd, &c.placedMr)
+               : m.device ? plugin_->regMrDevice(c.comm, m.data, bytes, &c.placedMr)
+                          : plugin_->regMr(c.comm, m.data, bytes, &c.placedMr);
     if (s.isOk())
       LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d: the device FIFO's %s memory itself%s",
                ctx_.rank, c.isSend ? "sending to" : "receiving from", c.peer, c.channel,
-               m.device ? "GPU" : "host",
-               m.dmabufFd >= 0 && (p.ptrSupport & NCCL_PTR_DMABUF) != 0 ? ", as a dma-buf" : "");
+               m.device ? "GPU" : "host", dmabuf ? ", as a dma-buf" : "");
     return s.withContext("registering the device FIFO's slots");
   }
 
@@ -497,7 +497,7 @@ class NetTransport final : public Transport, public ProxyLink {
           if (!r.flushed) break;
         }
       }
-      const size_t capacity = c.placed ? c.place.slotBytes : slotBytes;
+      const size_t capacity = c.capacity(slotBytes);
       if (!c.isSend &&
           (r.headBytes != sizeof(SlotInfo) || got != c.slotHeads[slot].bytes || got > capacity)) {
         fail(c,
@@ -521,7 +521,7 @@ class NetTransport final : public Transport, public ProxyLink {
     if (c.held) return moved;
     const uint64_t limit = c.isSend ? c.fifo->tail.load(std::memory_order_acquire)
                                     : c.fifo->head.load(std::memory_order_acquire) + nslots;
-    const size_t capacity = c.placed ? c.place.slotBytes : slotBytes;
+    const size_t capacity = c.capacity(slotBytes);
     void* const dataMr = c.placed ? c.placedMr : c.dataMr;
     while (c.posted < limit && c.posted - c.done < kInFlight) {
       const uint64_t slot = c.posted % nslots;
