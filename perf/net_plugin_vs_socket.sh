@@ -7,7 +7,7 @@
 # usage: [VARIANTS="socket plugin"] perf/net_plugin_vs_socket.sh [rounds] [perf args]
 #   variants: socket (Chorus's sockets), plugin (the example plugin), plugin-ungrouped (the
 #   plugin taking one buffer a receive, EXAMPLE_NET_MAX_RECVS=1: a slot's header and data are
-#   two receives)
+#   two receives), socketnet (Chorus's sockets behind the plugin interface, CHORUS_SOCKET_NET=1)
 #   e.g. perf/net_plugin_vs_socket.sh 5 "-b 8 -e 16M -f 4"
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,6 +42,7 @@ run() {
     socket) ;;
     plugin) extra=(NCCL_NET_PLUGIN="$plugin") ;;
     plugin-ungrouped) extra=(NCCL_NET_PLUGIN="$plugin" EXAMPLE_NET_MAX_RECVS=1) ;;
+    socketnet) extra=(CHORUS_SOCKET_NET=1) ;;
     *) echo "unknown variant $variant" >&2 && exit 2 ;;
   esac
   for r in 0 1; do

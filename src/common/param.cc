@@ -61,6 +61,11 @@ const std::vector<ParamDef> kParams = {
      "TCP connections per socket connector (1..16): messages of 64 KiB and more are striped "
      "over them; the receiving rank's value is used",
      false},
+    {"SOCKET_NET", ParamType::kInt, "0",
+     "1: ranks on different hosts talk through Chorus's sockets behind the net plugin "
+     "interface (the socket network, driven by the net transport as a plugin is); 0: through "
+     "the socket transport",
+     false},
     {"IB_GID_INDEX", ParamType::kInt, "-1",
      "GID index of RoCE ports (-1: the lowest of the RoCE version and address family asked for)",
      true},

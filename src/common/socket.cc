@@ -351,8 +351,6 @@ Result<Socket> Listener::accept(const Waiter& waiter, const SocketOptions& optio
   }
 }
 
-namespace {
-
 bool retryableConnectError(int err) {
   switch (err) {
     case ECONNREFUSED:
@@ -370,8 +368,6 @@ bool retryableConnectError(int err) {
       return false;
   }
 }
-
-}  // namespace
 
 Result<Socket> connectSocket(const SocketAddress& address, const Waiter& waiter,
                              const SocketOptions& options) {

@@ -130,6 +130,10 @@ class Listener {
 Result<Socket> connectSocket(const SocketAddress& address, const Waiter& waiter,
                              const SocketOptions& options = SocketOptions());
 
+// Whether a connect that failed with err may succeed when tried again (refused, unreachable,
+// timed out, reset: a listener not up yet, a backlog that overflowed).
+bool retryableConnectError(int err);
+
 // Polls one fd for events until the deadline/abort of waiter, in slices so that an abort is
 // seen within a few tens of milliseconds. Returns ok when ready; what names the operation.
 Status pollFd(int fd, short events, const Waiter& waiter, const std::string& what);

@@ -18,7 +18,8 @@ class NetPlugin;
 void describeNetDevices(NetPlugin* plugin, const LocalTopology* topo, PeerInfo* me);
 
 // Whether a net plugin carries every link between ranks that do not share memory: there is
-// such a pair, and every rank loaded the same plugin.
+// such a pair, and every rank loaded the same plugin. Not for Chorus's socket network, which
+// the model prices as sockets.
 bool netPluginBetweenHosts(const std::vector<PeerInfo>& peers);
 
 // The links through the plugin, in GB/s: a rank's is what its own devices add up to, and the

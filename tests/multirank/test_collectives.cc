@@ -1,5 +1,6 @@
 // Reduce-scatter, reduce and broadcast across real ranks, for every root, several types and
-// ops, counts around the FIFO slot size, in place and out of place, over shm and TCP.
+// ops, counts around the FIFO slot size, in place and out of place, over shm and TCP (the socket
+// transport, and the socket network behind the net plugin interface).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -55,19 +56,23 @@ void checkBroadcast(int rank, ncclComm_t comm, size_t bytes, int root, bool inPl
   EXPECT_EQ(recv[bytes], 0xEE) << "wrote past the end";
 }
 
-// (mode, socket, nranks, channels, streamed slots): channels > 1 forces rings split across that
+// How ranks talk: shared memory, the socket transport, the socket network (net transport).
+enum Link { kShm, kTcp, kSocketNet };
+
+// (mode, link, nranks, channels, streamed slots): channels > 1 forces rings split across that
 // many channels; streamed slots makes every send slot take streaming stores.
-using Config = std::tuple<RankMode, bool, int, int, bool>;
+using Config = std::tuple<RankMode, Link, int, int, bool>;
 class CollectiveMatrix : public ::testing::TestWithParam<Config> {
  protected:
   void run(const std::function<void(int, int, ncclComm_t&)>& body) {
     // Outputs of 4 MiB and more take the streaming-store path whatever the CPU's default.
     std::vector<std::string> env = {"CHORUS_BUFFSIZE=65536", "CHORUS_STREAM_BYTES=4194304"};
-    if (std::get<1>(GetParam())) {
-      // Three streams per socket connector: large slots are striped over them.
+    if (std::get<1>(GetParam()) != kShm) {
+      // Three streams per socket connection: large slots are striped over them.
       env.push_back("CHORUS_SHM_DISABLE=1");
       env.push_back("CHORUS_SOCKET_NSTREAMS=3");
     }
+    if (std::get<1>(GetParam()) == kSocketNet) env.push_back("CHORUS_SOCKET_NET=1");
     if (std::get<3>(GetParam()) > 1) {
       env.push_back("CHORUS_MIN_CHANNELS=" + std::to_string(std::get<3>(GetParam())));
       env.push_back("CHORUS_MAX_CHANNELS=" + std::to_string(std::get<3>(GetParam())));
@@ -168,8 +173,10 @@ TEST_P(CollectiveMatrix, GroupedDependentCollectivesRunInOrder) {
 
 std::string configName(const ::testing::TestParamInfo<Config>& info) {
   return std::string(chorus_test::modeName(std::get<0>(info.param))) +
-         (std::get<1>(info.param) ? "_tcp_" : "_shm_") + std::to_string(std::get<2>(info.param)) +
-         "ranks" +
+         (std::get<1>(info.param) == kShm   ? "_shm_"
+          : std::get<1>(info.param) == kTcp ? "_tcp_"
+                                            : "_socketnet_") +
+         std::to_string(std::get<2>(info.param)) + "ranks" +
          (std::get<3>(info.param) > 1 ? "_" + std::to_string(std::get<3>(info.param)) + "channels"
                                       : "") +
          (std::get<4>(info.param) ? "_streamedslots" : "");
@@ -177,30 +184,38 @@ std::string configName(const ::testing::TestParamInfo<Config>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Threads, CollectiveMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kThreads),
-                                            ::testing::Bool(), ::testing::Values(1, 2, 3, 5),
-                                            ::testing::Values(1), ::testing::Values(false)),
+                                            ::testing::Values(kShm, kTcp),
+                                            ::testing::Values(1, 2, 3, 5), ::testing::Values(1),
+                                            ::testing::Values(false)),
                          configName);
 INSTANTIATE_TEST_SUITE_P(ThreadsChannels, CollectiveMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kThreads),
-                                            ::testing::Bool(), ::testing::Values(2, 3),
+                                            ::testing::Values(kShm, kTcp), ::testing::Values(2, 3),
                                             ::testing::Values(3), ::testing::Values(false)),
                          configName);
 INSTANTIATE_TEST_SUITE_P(Processes, CollectiveMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kProcesses),
-                                            ::testing::Bool(), ::testing::Values(2, 4),
+                                            ::testing::Values(kShm, kTcp), ::testing::Values(2, 4),
                                             ::testing::Values(1, 2), ::testing::Values(false)),
                          configName);
 // Every send slot written with streaming stores (the path taken when cached stores measure
 // slow): steps that copy, reduce, scale and finalise into a streamed slot.
 INSTANTIATE_TEST_SUITE_P(ThreadsStreamedSlots, CollectiveMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kThreads),
-                                            ::testing::Values(false), ::testing::Values(2, 3),
+                                            ::testing::Values(kShm), ::testing::Values(2, 3),
                                             ::testing::Values(1, 2), ::testing::Values(true)),
                          configName);
 INSTANTIATE_TEST_SUITE_P(ProcessesStreamedSlots, CollectiveMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kProcesses),
-                                            ::testing::Values(false), ::testing::Values(4),
+                                            ::testing::Values(kShm), ::testing::Values(4),
                                             ::testing::Values(1), ::testing::Values(true)),
+                         configName);
+// Through the socket network: ranks of one process and of several, rings split over channels.
+INSTANTIATE_TEST_SUITE_P(SocketNet, CollectiveMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kThreads,
+                                                              RankMode::kProcesses),
+                                            ::testing::Values(kSocketNet), ::testing::Values(3),
+                                            ::testing::Values(2), ::testing::Values(false)),
                          configName);
 
 }  // namespace

@@ -6,8 +6,9 @@
 #
 # Checks, for each host count: every collective's results (#wrong columns), the transport of
 # every ring link (shared memory inside a host, sockets across hosts), how often the ring
-# crosses a host boundary for a contiguous and an interleaved rank placement, and the socket
-# interface filter (CHORUS_SOCKET_IFNAME).
+# crosses a host boundary for a contiguous and an interleaved rank placement, the socket
+# interface filter (CHORUS_SOCKET_IFNAME), and the links between hosts through the example net
+# plugin and through Chorus's socket network behind the same interface (CHORUS_SOCKET_NET=1).
 #
 # usage: multihost.sh BUILD_DIR [HOSTS...]      (HOSTS: host counts to run, default "4 2")
 # Needs root and iproute2; exits 77 (skipped) where network namespaces cannot be made.
@@ -370,22 +371,22 @@ check_ring() {
     "$crossings host boundaries crossed (want $hosts)"
 }
 
-# With an NCCL net plugin: every rank loaded it (the version wanted), and the links between
-# hosts go through it, none over Chorus's own sockets.
+# check_plugin NAME DIR HOSTS LOADED NET: every rank logged LOADED (the network it took), and
+# the links between hosts go through network NET (a plugin, or Chorus's socket network behind
+# the same interface), none over the socket transport.
 check_plugin() {
-  local name=$1 dir=$2 hosts=$3 version=$4
+  local name=$1 dir=$2 hosts=$3 loaded_line=$4 net=$5
   local nranks=$((hosts * RANKS_PER_HOST)) r loaded=0 links sockets
   for ((r = 0; r < nranks; r++)); do
-    grep -q "using net plugin ExampleSocket (ncclNet v$version)" "$dir/$r.err" &&
-      loaded=$((loaded + 1))
+    grep -qF "$loaded_line" "$dir/$r.err" && loaded=$((loaded + 1))
   done
-  links=$(cat "$dir"/*.err | grep -c "through net plugin ExampleSocket" || true)
+  links=$(cat "$dir"/*.err | grep -c "through net plugin $net " || true)
   sockets=$(cat "$dir"/*.err | grep -cE "(sending to|receiving from) rank [0-9]+ channel [0-9]+ over " || true)
   if [ "$loaded" -eq "$nranks" ] && [ "$links" -ge $((2 * hosts)) ] && [ "$sockets" -eq 0 ]; then
-    record PASS "$name plugin" "$nranks ranks loaded ExampleSocket v$version, $links connections through it, none over sockets"
+    record PASS "$name plugin" "$nranks ranks: $loaded_line; $links connections through $net, none over the socket transport"
   else
-    record FAIL "$name plugin" "$loaded of $nranks ranks loaded v$version, $links connections through it, $sockets over sockets"
-    grep -h "net plugin\|plugin:" "$dir"/*.err | head -20
+    record FAIL "$name plugin" "$loaded of $nranks ranks: $loaded_line; $links connections through $net, $sockets over the socket transport"
+    grep -h "net plugin\|plugin:\|socket network" "$dir"/*.err | head -20
   fi
 }
 
@@ -538,10 +539,22 @@ for hosts in "${HOST_COUNTS[@]}"; do
       # that reports 4 Gbit/s.
       if DEBUG_SUBSYS=INIT,NET,TUNING run_case "$name" "$hosts" contiguous "$tool" \
         NCCL_NET_PLUGIN="$lib" EXAMPLE_NET_SPEED_MBPS=4000; then
-        check_plugin "$name" "$WORK_DIR/$name" "$hosts" "$v"
+        check_plugin "$name" "$WORK_DIR/$name" "$hosts" \
+          "using net plugin ExampleSocket (ncclNet v$v)" ExampleSocket
         check_network "$name" "$WORK_DIR/$name/0.err" "ExampleSocket, 0.5 GB/s per rank, 0.5 per host"
       fi
     done
+  done
+
+  # CHORUS_SOCKET_NET=1: Chorus's sockets behind the net plugin interface, driven by the net
+  # transport, carry every link between hosts; the cost model still prices them as sockets.
+  for tool in "${tools[@]}"; do
+    name="$prefix-socket-net-$tool"
+    if DEBUG_SUBSYS=INIT,NET,TUNING run_case "$name" "$hosts" contiguous "$tool" \
+      CHORUS_SOCKET_NET=1 CHORUS_SOCKET_NSTREAMS=2; then
+      check_plugin "$name" "$WORK_DIR/$name" "$hosts" "using the socket network" Socket
+      check_network "$name" "$WORK_DIR/$name/0.err" "sockets, *"
+    fi
   done
 
   for algo in tree ring; do

@@ -204,6 +204,16 @@ TEST(NetPluginChoice, FollowsNcclNetPluginAndNcclNet) {
             "ExampleSocket v10");
   EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", "none"}}), "none");
   EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", v10}, {"NCCL_NET", "Socket"}}), "none");
+  // Chorus's sockets behind the interface: when nothing else is loaded, or asked for by name.
+  EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", "none"}, {"CHORUS_SOCKET_NET", "1"}}), "Socket v12");
+  EXPECT_EQ(
+      chooseInChild({{"NCCL_NET_PLUGIN", v10}, {"NCCL_NET", "Socket"}, {"CHORUS_SOCKET_NET", "1"}}),
+      "Socket v12");
+  EXPECT_EQ(chooseInChild({{"NCCL_NET_PLUGIN", v10}, {"CHORUS_SOCKET_NET", "1"}}),
+            "ExampleSocket v10");
+  const std::string badSocketNet =
+      chooseInChild({{"NCCL_NET_PLUGIN", "none"}, {"CHORUS_SOCKET_NET", "2"}});
+  EXPECT_EQ(badSocketNet.rfind("error 4: CHORUS_SOCKET_NET=2 is not 0", 0), 0u) << badSocketNet;
   const std::string missing = chooseInChild({{"NCCL_NET_PLUGIN", "no-such"}});
   EXPECT_EQ(missing.rfind("error 5: NCCL_NET_PLUGIN=no-such: no usable net plugin: cannot load "
                           "no-such",

@@ -20,6 +20,7 @@
 #if CHORUS_HAVE_IBVERBS
 #include "transport/ib/ib_net.h"
 #endif
+#include "transport/socket/socket_net.h"
 
 namespace chorus {
 
@@ -562,11 +563,25 @@ Result<NetPlugin*> builtinIbNet() {
 #endif
 }
 
+// Chorus's sockets: null (the socket transport), or the socket network behind the plugin
+// interface where CHORUS_SOCKET_NET asks for it.
+Result<NetPlugin*> chorusSockets() {
+  const int64_t want = paramInt("SOCKET_NET");
+  if (want != 0 && want != 1)
+    return invalidArgument("%s=%lld is not 0 (the socket transport) or 1 (the socket network)",
+                           paramRaw("SOCKET_NET").source.c_str(), static_cast<long long>(want));
+  if (want == 0) return static_cast<NetPlugin*>(nullptr);
+  Result<std::unique_ptr<NetPlugin>> net = makeSocketNet();
+  if (!net.isOk()) return net.status();
+  NetPlugin* p = net.take().release();  // lives as long as the process
+  LOG_INFO(kSubsysNet | kSubsysInit, "using the socket network, %d device(s)", p->devices());
+  return p;
+}
+
 Result<NetPlugin*> choosePlugin() {
   const ParamValue setting = paramRaw("NET_PLUGIN");
   const ParamValue net = paramRaw("NET");
-  if (net.isSet && strcasecmp(net.value.c_str(), "socket") == 0)
-    return static_cast<NetPlugin*>(nullptr);
+  if (net.isSet && strcasecmp(net.value.c_str(), "socket") == 0) return chorusSockets();
   std::vector<std::string> candidates =
       netPluginCandidates(setting.isSet ? setting.value.c_str() : nullptr);
   std::string tried;
@@ -610,7 +625,7 @@ Result<NetPlugin*> choosePlugin() {
     return invalidArgument("%s=%s: no such network (a loaded net plugin's name, IB or Socket)%s%s",
                            net.source.c_str(), net.value.c_str(), tried.empty() ? "" : ": ",
                            tried.c_str());
-  return static_cast<NetPlugin*>(nullptr);
+  return chorusSockets();
 }
 
 }  // namespace

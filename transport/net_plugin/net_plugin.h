@@ -4,6 +4,8 @@
 // (net_transport.cc) moves FIFO slots through it between ranks on different hosts.
 #pragma once
 
+#include <poll.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -87,6 +89,14 @@ class NetPlugin {
   }
   // Whether iflush makes receives into GPU memory visible (else none is received there).
   virtual bool flushesDevice() const { return false; }
+  // A network that progresses on file descriptors adds to fds those comm's requests wait on
+  // (a send or receive comm's), with the events, and returns true: the transport's proxy then
+  // sleeps in poll on them. False: none (the proxy naps and looks again). comm null: only
+  // whether the network is such.
+  virtual bool pollFds(void* comm, std::vector<pollfd>* fds) {
+    (void)comm, (void)fds;
+    return false;
+  }
   virtual Status closeSend(void* sendComm) = 0;
   virtual Status closeRecv(void* recvComm) = 0;
   virtual Status closeListen(void* listenComm) = 0;
@@ -102,8 +112,9 @@ std::vector<std::string> netPluginCandidates(const char* value);
 Result<std::unique_ptr<NetPlugin>> loadNetPlugin(const std::string& library);
 
 // The network of this process, chosen once from NCCL_NET_PLUGIN and NCCL_NET: a plugin that
-// loads, else Chorus's IB network (transport/ib) when an HCA port is active, else null (ranks
-// then use Chorus's sockets). A plugin that NCCL_NET_PLUGIN names
+// loads, else Chorus's IB network (transport/ib) when an HCA port is active, else Chorus's
+// sockets: null (the socket transport), or with CHORUS_SOCKET_NET=1 the socket network behind
+// this interface (transport/socket/socket_net.h). A plugin that NCCL_NET_PLUGIN names
 // explicitly and that cannot be used, or an NCCL_NET that names no available network, is an
 // error.
 Result<NetPlugin*> processNetPlugin();

@@ -10,6 +10,8 @@
 // connect to each other before accepting do not wait on each other. The receiver chooses its device
 // and tells the sender its rail and plane (v12 properties); the sender takes a device of the same
 // rail and plane, so a link never joins two rails of a fabric whose rails do not reach each other.
+// Idle, the proxy naps (a plugin has nothing to sleep on), or, over a network that names its
+// descriptors (NetPlugin::pollFds: Chorus's socket network), sleeps in poll on them.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -90,6 +92,8 @@ class NetTransport final : public Transport, public ProxyLink {
  public:
   NetTransport(const TransportContext& ctx, NetPlugin* plugin) : ctx_(ctx), plugin_(plugin) {
     doorbellFd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    std::vector<pollfd> none;
+    onFds_ = plugin_->pollFds(nullptr, &none);
     chooseDevices();
   }
 
@@ -232,9 +236,16 @@ class NetTransport final : public Transport, public ProxyLink {
     std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
     if (!lock.owns_lock()) return true;
     progress(false, nullptr);
-    for (auto& c : conns_)
-      if (c->isSend && !c->failed && c->posted < c->fifo->tail.load(std::memory_order_acquire))
+    for (auto& c : conns_) {
+      if (c->failed) continue;
+      const uint64_t tail = c->fifo->tail.load(std::memory_order_acquire);
+      if (c->isSend && (onFds_ ? c->done : c->posted) < tail) return true;
+      // On descriptors the proxy watches a receiving connection only while it has a receive
+      // posted: one that has none and room for one needs the proxy to post it.
+      if (onFds_ && !c->isSend && c->comm != nullptr && !c->held && c->posted == c->done &&
+          c->posted < c->fifo->head.load(std::memory_order_acquire) + ctx_.geometry.nslots)
         return true;
+    }
     return false;
   }
 
@@ -431,16 +442,26 @@ class NetTransport final : public Transport, public ProxyLink {
     if (!s.isOk()) fail(c, s);
   }
 
-  // Posts what c can post and completes what finished; true when something moved.
+  // Completes what finished and posts what c can post, then completes again what the network
+  // finished as it took the posts (a network that sends at once); true when something moved.
   bool progressConn(NetConn& c) {
     if (c.comm == nullptr) {
       setup(c);
       if (c.comm == nullptr) return false;
     }
+    bool moved = completeConn(c);
+    if (c.failed) return true;
+    if (postConn(c)) {
+      moved = true;
+      if (!c.failed) completeConn(c);
+    }
+    return moved;
+  }
+
+  // Completes, in order, the requests of c that finished; true when something moved.
+  bool completeConn(NetConn& c) {
     const uint32_t nslots = ctx_.geometry.nslots;
     const size_t slotBytes = ctx_.geometry.slotBytes;
-    const int sender = c.isSend ? ctx_.rank : c.peer;
-    int tags[2] = {2 * sender, 2 * sender + 1};  // the header's, the data's
     bool moved = false;
     // Complete, in order, before posting more: a post that finds the connection broken must
     // not lose what already arrived.
@@ -517,7 +538,17 @@ class NetTransport final : public Transport, public ProxyLink {
         wakeSleepers(c.fifo->tail, c.fifo->tailSleepers);
       }
     }
-    // Post: a send, each slot the executor published; a receive, each free slot.
+    return moved;
+  }
+
+  // Posts a send for each slot the executor published, a receive for each free slot; true
+  // when something was posted.
+  bool postConn(NetConn& c) {
+    const uint32_t nslots = ctx_.geometry.nslots;
+    const size_t slotBytes = ctx_.geometry.slotBytes;
+    const int sender = c.isSend ? ctx_.rank : c.peer;
+    int tags[2] = {2 * sender, 2 * sender + 1};  // the header's, the data's
+    bool moved = false;
     if (c.held) return moved;
     const uint64_t limit = c.isSend ? c.fifo->tail.load(std::memory_order_acquire)
                                     : c.fifo->head.load(std::memory_order_acquire) + nslots;
@@ -599,6 +630,49 @@ class NetTransport final : public Transport, public ProxyLink {
     c.dataMr = c.headMr = c.placedMr = nullptr;
   }
 
+  // The proxy's sleep on a network's descriptors (NetPlugin::pollFds): those its connections'
+  // requests wait on, and the doorbell. As the socket transport's, it leaves the receiving
+  // connections to the threads that drive them while one does or did since its last sleep
+  // (an arriving message then wakes nobody), looking again within kDrivenSleepMs; a driver
+  // about to sleep in the kernel rings it. False when it did not sleep: something moved at
+  // the last look, or a connection being set up has nothing to wait on yet (then it naps).
+  bool sleepOnFds(std::unique_lock<std::mutex>& lock) {
+    constexpr int kDrivenSleepMs = 20;
+    // Raised before the last look, so that a change after it rings the doorbell.
+    sleeping.store(kAsleepDriven, std::memory_order_seq_cst);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (progress(true, nullptr) || stop_.load()) {
+      sleeping.store(kAwake, std::memory_order_relaxed);
+      return true;
+    }
+    const uint32_t epoch = driveEpoch.load(std::memory_order_seq_cst);
+    const uint32_t requests = watchRequests.load(std::memory_order_seq_cst);
+    const bool leftToDrivers = requests == lastRequests_ &&
+                               (drivers.load(std::memory_order_seq_cst) > 0 || epoch != lastEpoch_);
+    lastEpoch_ = epoch;
+    lastRequests_ = requests;
+    fds_.assign(1, pollfd{doorbellFd, POLLIN, 0});
+    for (auto& c : conns_) {
+      if (c->failed) continue;
+      if (c->comm == nullptr) {
+        sleeping.store(kAwake, std::memory_order_relaxed);
+        return false;
+      }
+      const size_t before = fds_.size();
+      plugin_->pollFds(c->comm, &fds_);
+      if (!c->isSend && leftToDrivers) fds_.resize(before);
+    }
+    if (!leftToDrivers) sleeping.store(kAsleep, std::memory_order_seq_cst);
+    lock.unlock();
+    poll(fds_.data(), fds_.size(), leftToDrivers ? kDrivenSleepMs : 100);
+    uint64_t drained;
+    while (read(doorbellFd, &drained, sizeof(drained)) > 0) {
+    }
+    lock.lock();
+    sleeping.store(kAwake, std::memory_order_relaxed);
+    return true;
+  }
+
   void proxyLoop() {
     std::unique_lock<std::mutex> lock(mutex_);
     int64_t idleNs = 0;
@@ -619,6 +693,10 @@ class NetTransport final : public Transport, public ProxyLink {
         if (sendsDrained() || Clock::now() > drainDeadline) return;
       }
       if (moved) {
+        idleNs = 0;
+        continue;
+      }
+      if (onFds_ && sleepOnFds(lock)) {
         idleNs = 0;
         continue;
       }
@@ -649,6 +727,12 @@ class NetTransport final : public Transport, public ProxyLink {
   std::thread proxy_;
   std::atomic<bool> stop_{false};
   bool holding_ = false;  // under mutex_: holdReceives
+  // The network progresses on descriptors (NetPlugin::pollFds): the proxy sleeps on them.
+  bool onFds_ = false;
+  std::vector<pollfd> fds_;  // the proxy's poll set
+  // The drive and watch-request counts the proxy saw at its last sleep (see sleepOnFds).
+  uint32_t lastEpoch_ = 0;
+  uint32_t lastRequests_ = 0;
 };
 
 }  // namespace

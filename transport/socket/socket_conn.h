@@ -14,6 +14,7 @@ namespace chorus {
 namespace socket_detail {
 
 constexpr uint64_t kStripeMinBytes = 64 * 1024;
+constexpr int kMaxStreams = 16;  // TCP connections of one connection at most
 constexpr size_t kHeadBytes = sizeof(SlotInfo);
 
 // The bytes [*begin, *end) of a message of `bytes` bytes that stream i of n carries.

@@ -40,7 +40,6 @@ using namespace socket_detail;
 
 constexpr uint64_t kHelloMagic = 0x43484f5255534443ull;  // "CHORUSDC"
 
-constexpr int kMaxStreams = 16;
 // Bytes a receive side reads from stream 0 at a time when the message part it still needs is
 // smaller than this (its header, or a small payload).
 constexpr size_t kStageBytes = 4096;
