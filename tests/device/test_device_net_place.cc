@@ -1,8 +1,9 @@
 // Device links through a network with their Simple slots placed in the emulated kernels' own
 // FIFOs (DeviceProxy's place), over the example net plugin (NCCL_NET_PLUGIN names it: meson's
-// device_net_place tests) or Chorus's IB network over the stand-in verbs (NCCL_NET=IB:
-// device_net_place_ib): the emulated kernels' collectives give the reference's results, and
-// the network's counters show how the slots moved.
+// device_net_place tests), Chorus's IB network over the stand-in verbs (NCCL_NET=IB:
+// device_net_place_ib) or its socket network (NCCL_NET=Socket, CHORUS_SOCKET_NET=1:
+// device_net_place_socket): the emulated kernels' collectives give the reference's results,
+// and the network's counters show how the slots moved.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -51,6 +52,12 @@ bool networkUnderTest(Network* n) {
     return true;
   }
   const char* net = getenv("NCCL_NET");
+  if (net != nullptr && std::string(net) == "Socket" && flag("CHORUS_SOCKET_NET")) {
+    // Chorus's socket network: host memory only, nothing registered or flushed to count.
+    n->name = "the socket network";
+    n->counters = [](unsigned long* c) { c[0] = c[1] = c[2] = 0; };
+    return true;
+  }
   const char* verbs = getenv("CHORUS_IB_VERBS_LIBRARY");
   if (net == nullptr || std::string(net) != "IB" || verbs == nullptr) return false;
   // Chorus's IB network: GPU memory as dma-bufs, and by its address with a peer memory module
@@ -85,8 +92,10 @@ bool networkUnderTest(Network* n) {
 TEST(NetPlace, NetworkMovesSlotsInTheKernelsMemory) {
   Network net;
   if (!networkUnderTest(&net))
-    GTEST_SKIP() << "needs NCCL_NET_PLUGIN or NCCL_NET=IB with the stand-in verbs (meson test "
-                    "device_net_place, device_net_place_ib)";
+    GTEST_SKIP()
+        << "needs NCCL_NET_PLUGIN, NCCL_NET=IB with the stand-in verbs, or NCCL_NET=Socket "
+           "with CHORUS_SOCKET_NET=1 (meson test device_net_place, device_net_place_ib, "
+           "device_net_place_socket)";
   SCOPED_TRACE(net.name);
   const bool gdr = net.cuda, dmabuf = net.dmabuf;
   constexpr int kRanks = 3;

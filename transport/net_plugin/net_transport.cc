@@ -442,8 +442,8 @@ class NetTransport final : public Transport, public ProxyLink {
     if (!s.isOk()) fail(c, s);
   }
 
-  // Completes what finished and posts what c can post, then completes again what the network
-  // finished as it took the posts (a network that sends at once); true when something moved.
+  // Completes what finished and posts what c can post, then completes again the sends the
+  // network finished as it took the posts (one that sends at once); true when something moved.
   bool progressConn(NetConn& c) {
     if (c.comm == nullptr) {
       setup(c);
@@ -453,7 +453,7 @@ class NetTransport final : public Transport, public ProxyLink {
     if (c.failed) return true;
     if (postConn(c)) {
       moved = true;
-      if (!c.failed) completeConn(c);
+      if (c.isSend && !c.failed) completeConn(c);
     }
     return moved;
   }
