@@ -518,7 +518,13 @@ TEST(PeerFailure, SurvivorsShrinkAndFinishTheJob) {
               << lastError(comm);
           ASSERT_EQ(v[0], 10.0);
           const int dead = 2;
-          if (rank == dead) _exit(0);
+          if (rank == dead) {
+            // Its all-reduce returned once it had its own result; its last sends may still be
+            // queued for its proxy thread, which exiting at once could cut off before the
+            // others had theirs (the first all-reduce must succeed everywhere).
+            std::this_thread::sleep_for(std::chrono::milliseconds(500));
+            _exit(0);
+          }
           const auto start = std::chrono::steady_clock::now();
           ncclResult_t r = ncclSuccess;
           for (int i = 0; i < 3 && r == ncclSuccess; ++i)
