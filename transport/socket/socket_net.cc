@@ -31,6 +31,7 @@
 #include "common/log.h"
 #include "common/param.h"
 #include "common/socket.h"
+#include "topo/topology.h"
 #include "transport/net_plugin/net_abi.h"
 #include "transport/net_plugin/net_plugin.h"
 #include "transport/socket/socket_conn.h"
@@ -174,10 +175,19 @@ int interfaceSpeed(const std::string& name) {
   return in >> mbps && mbps > 0 ? mbps : 10000;
 }
 
+// The PCI function's directory of an interface ("": virtual): its device link resolved, up to
+// the PCI function where the link names a function's child (virtio's).
 std::string interfacePciPath(const std::string& name) {
   char resolved[PATH_MAX];
   const std::string dev = "/sys/class/net/" + name + "/device";
-  return realpath(dev.c_str(), resolved) != nullptr ? std::string(resolved) : std::string();
+  if (realpath(dev.c_str(), resolved) == nullptr) return "";
+  std::string path = resolved;
+  for (int up = 0; up < 3 && !path.empty(); ++up) {
+    const size_t slash = path.rfind('/');
+    if (!normalizePciBusId(path.substr(slash + 1)).empty()) return path;
+    path = slash == std::string::npos ? "" : path.substr(0, slash);
+  }
+  return "";
 }
 
 class SocketNet final : public NetPlugin {
@@ -684,7 +694,7 @@ class SocketNet final : public NetPlugin {
   }
 
   std::vector<InterfaceAddress> devices_;
-  std::string library_ = "(built in)";
+  std::string library_ = "built in: TCP sockets";
   SocketOptions options_;
   int nstreams_ = 1;
 };
