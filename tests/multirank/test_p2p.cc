@@ -39,12 +39,15 @@ void expectMessage(const std::vector<uint32_t>& got, int from, int to, int tag) 
   EXPECT_EQ(wrong, 0u);
 }
 
-using Config = std::tuple<RankMode, bool, int>;
+// How ranks talk: shared memory, the socket transport, the socket network (net transport).
+enum Link { kShm, kTcp, kSocketNet };
+using Config = std::tuple<RankMode, Link, int>;
 class P2pMatrix : public ::testing::TestWithParam<Config> {
  protected:
   void run(const std::function<void(int, int, ncclComm_t&)>& body) {
     std::vector<std::string> env = {"CHORUS_BUFFSIZE=65536"};
-    if (std::get<1>(GetParam())) env.push_back("CHORUS_SHM_DISABLE=1");
+    if (std::get<1>(GetParam()) != kShm) env.push_back("CHORUS_SHM_DISABLE=1");
+    if (std::get<1>(GetParam()) == kSocketNet) env.push_back("CHORUS_SOCKET_NET=1");
     chorus_test::runRanks(std::get<2>(GetParam()), std::get<0>(GetParam()), env, body);
   }
 };
@@ -208,17 +211,26 @@ TEST_P(P2pMatrix, GatherAndScatterAtEveryRoot) {
 
 std::string configName(const ::testing::TestParamInfo<Config>& info) {
   return std::string(chorus_test::modeName(std::get<0>(info.param))) +
-         (std::get<1>(info.param) ? "_tcp_" : "_shm_") + std::to_string(std::get<2>(info.param)) +
-         "ranks";
+         (std::get<1>(info.param) == kShm   ? "_shm_"
+          : std::get<1>(info.param) == kTcp ? "_tcp_"
+                                            : "_socketnet_") +
+         std::to_string(std::get<2>(info.param)) + "ranks";
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, P2pMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kThreads),
-                                            ::testing::Bool(), ::testing::Values(1, 2, 3, 6)),
+                                            ::testing::Values(kShm, kTcp),
+                                            ::testing::Values(1, 2, 3, 6)),
                          configName);
 INSTANTIATE_TEST_SUITE_P(Processes, P2pMatrix,
                          ::testing::Combine(::testing::Values(RankMode::kProcesses),
-                                            ::testing::Bool(), ::testing::Values(2, 4)),
+                                            ::testing::Values(kShm, kTcp), ::testing::Values(2, 4)),
+                         configName);
+// Through the socket network, peers connected as they are first used.
+INSTANTIATE_TEST_SUITE_P(SocketNet, P2pMatrix,
+                         ::testing::Combine(::testing::Values(RankMode::kThreads,
+                                                              RankMode::kProcesses),
+                                            ::testing::Values(kSocketNet), ::testing::Values(3)),
                          configName);
 
 // A send that nobody receives fails after the timeout with a message naming both ranks,

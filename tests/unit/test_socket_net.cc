@@ -3,7 +3,8 @@
 // striped) posted several at a time, compared byte for byte with what was sent; a grouped
 // receive takes its messages by tag; a message of the wrong tag or too large for its receive is
 // refused; a connection that does not present the listener's nonce is dropped while the right
-// one is accepted; a peer that closes fails the receive; the descriptors the proxy sleeps on.
+// one is accepted; a peer that closes fails the receive; the descriptors the proxy sleeps on;
+// one connection carrying both directions, and the two ends disagreeing on it.
 #include <gtest/gtest.h>
 #include <poll.h>
 
@@ -213,6 +214,85 @@ TEST(SocketNet, ProxySleepsOnTheDescriptorsAndAClosedPeerFailsTheReceive) {
   EXPECT_FALSE(rdone);
   EXPECT_NE(s.message().find("the peer closed the connection"), std::string::npos) << s.message();
   EXPECT_TRUE(p.closeRecv(recv).isOk());
+}
+
+// connectBoth and acceptBoth: one connection (of two streams) carries messages both ways at
+// once, each side's send comm writing what the other's receive comm reads, on the same
+// descriptors. An end that accepts with plain accept a connection made with connectBoth fails,
+// saying so.
+TEST(SocketNet, OneConnectionCarriesBothDirections) {
+  ScopedEnv streams("CHORUS_SOCKET_NSTREAMS", "2");
+  auto net = makeNet();
+  ASSERT_NE(net, nullptr);
+  NetPlugin& p = *net;
+  EXPECT_TRUE(p.bothWays());
+  char handle[NCCL_NET_HANDLE_MAXSIZE];
+  void* listen = nullptr;
+  ASSERT_TRUE(p.listen(0, handle, &listen).isOk());
+  void *aSend = nullptr, *aRecv = nullptr, *bSend = nullptr, *bRecv = nullptr;
+  for (int i = 0; i < 1000000 && (aSend == nullptr || bRecv == nullptr); ++i) {
+    if (aSend == nullptr) {
+      ASSERT_TRUE(p.connectBoth(0, handle, &aSend, &aRecv).isOk());
+      ASSERT_EQ(aSend == nullptr, aRecv == nullptr) << "both comms come together";
+    }
+    if (bRecv == nullptr) {
+      ASSERT_TRUE(p.acceptBoth(listen, &bRecv, &bSend).isOk());
+      ASSERT_EQ(bRecv == nullptr, bSend == nullptr);
+    }
+  }
+  ASSERT_NE(aSend, nullptr);
+  ASSERT_NE(bRecv, nullptr);
+  std::vector<pollfd> aFds, bFds;
+  std::vector<unsigned char> toB(300000), toA(5000), atB(300000, 0), atA(5000, 0);
+  for (size_t i = 0; i < toB.size(); ++i) toB[i] = static_cast<unsigned char>(i * 3);
+  for (size_t i = 0; i < toA.size(); ++i) toA[i] = static_cast<unsigned char>(i * 5 + 1);
+  void *mr = nullptr, *s1 = nullptr, *r1 = nullptr, *s2 = nullptr, *r2 = nullptr;
+  ASSERT_TRUE(p.irecv(bRecv, atB.data(), atB.size(), 2, mr, &r1).isOk());
+  ASSERT_TRUE(p.irecv(aRecv, atA.data(), atA.size(), 3, mr, &r2).isOk());
+  ASSERT_TRUE(p.pollFds(aRecv, &aFds));
+  ASSERT_TRUE(p.pollFds(bRecv, &bFds));
+  ASSERT_EQ(aFds.size(), 1u);
+  ASSERT_EQ(bFds.size(), 1u);
+  ASSERT_TRUE(p.isend(aSend, toB.data(), toB.size(), 2, mr, &s1).isOk());
+  ASSERT_TRUE(p.isend(bSend, toA.data(), toA.size(), 3, mr, &s2).isOk());
+  // A queued send waits on its first stream, the receive's own descriptor on that side.
+  std::vector<pollfd> sendFds;
+  ASSERT_TRUE(p.pollFds(bSend, &sendFds));
+  ASSERT_EQ(sendFds.size(), 1u) << "5000 bytes travel on the first stream alone";
+  EXPECT_EQ(sendFds[0].fd, bFds[0].fd);
+  EXPECT_EQ(sendFds[0].events, POLLOUT);
+  size_t gotB = 0, gotA = 0;
+  chorus::Status s = drive(p, s1, r1, nullptr, &gotB);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  s = drive(p, s2, r2, nullptr, &gotA);
+  ASSERT_TRUE(s.isOk()) << s.message();
+  EXPECT_EQ(gotB, toB.size());
+  EXPECT_EQ(gotA, toA.size());
+  EXPECT_EQ(atB, toB);
+  EXPECT_EQ(atA, toA);
+  EXPECT_TRUE(p.closeSend(aSend).isOk());
+  EXPECT_TRUE(p.closeRecv(aRecv).isOk());
+  EXPECT_TRUE(p.closeSend(bSend).isOk());
+  EXPECT_TRUE(p.closeRecv(bRecv).isOk());
+
+  // connectBoth against a plain accept.
+  void *send = nullptr, *recv = nullptr, *back = nullptr;
+  chorus::Status refused = chorus::Status::ok();
+  for (int i = 0; i < 1000000 && refused.isOk() && recv == nullptr; ++i) {
+    if (send == nullptr) {
+      ASSERT_TRUE(p.connectBoth(0, handle, &send, &back).isOk());
+    }
+    refused = p.accept(listen, &recv);
+  }
+  EXPECT_EQ(recv, nullptr);
+  EXPECT_NE(refused.message().find("carries both directions, this end expected one"),
+            std::string::npos)
+      << refused.message();
+  if (send != nullptr) {
+    EXPECT_TRUE(p.closeSend(send).isOk());
+    EXPECT_TRUE(p.closeRecv(back).isOk());
+  }
+  EXPECT_TRUE(p.closeListen(listen).isOk());
 }
 
 }  // namespace

@@ -43,6 +43,22 @@ class NetPlugin {
   virtual Status listen(int dev, void* handle, void** listenComm) = 0;
   virtual Status connect(int dev, void* handle, void** sendComm) = 0;
   virtual Status accept(void* listenComm, void** recvComm) = 0;
+  // Connections that carry both directions of a pair (Chorus's socket network): connectBoth is
+  // connect whose connection also gives the receive comm of the way back (*recvComm, set with
+  // *sendComm), acceptBoth is accept whose connection also gives the send comm of the way back.
+  // The two ends agree: the one that connects calls connectBoth exactly where the one that
+  // accepts calls acceptBoth. A network without them refuses them.
+  virtual bool bothWays() const { return false; }
+  virtual Status connectBoth(int dev, void* handle, void** sendComm, void** recvComm) {
+    (void)dev, (void)handle;
+    *sendComm = *recvComm = nullptr;
+    return invalidUsage("net %s has no connections of both directions", name());
+  }
+  virtual Status acceptBoth(void* listenComm, void** recvComm, void** sendComm) {
+    (void)listenComm;
+    *recvComm = *sendComm = nullptr;
+    return invalidUsage("net %s has no connections of both directions", name());
+  }
   virtual Status regMr(void* comm, void* data, size_t size, void** mhandle) = 0;  // host memory
   // GPU memory by its address (NCCL_PTR_CUDA in ptrSupport). A network without it refuses it.
   virtual Status regMrDevice(void* comm, void* data, size_t size, void** mhandle) {

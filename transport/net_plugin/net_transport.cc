@@ -44,6 +44,9 @@ struct NetInfo {
   int16_t rail;  // the receiver's device's rail and plane (-1: not reported)
   int16_t plane;
   char handle[NCCL_NET_HANDLE_MAXSIZE];
+  // The receiver also sends to the sender on this channel, and the network's connections can
+  // carry both directions: the pair then shares one (see NetConn::share).
+  int32_t sendsBack;
 };
 static_assert(sizeof(NetInfo) <= sizeof(ConnectInfo), "NetInfo must fit a ConnectInfo");
 
@@ -66,6 +69,19 @@ struct NetConn {
   bool grouped = false;  // receive side: a slot's two messages in one grouped receive (head)
   // Set up while the transport held receives: posts none until placeSlots says where.
   bool held = false;
+  // A pair that both send to each other on a channel over a network whose connections carry
+  // both directions (NetPlugin::bothWays) shares one: the lower rank's send side connects it
+  // (connectBoth), the higher rank's receive side accepts it (acceptBoth), and each hands the
+  // comm of the other direction to its twin (the conn of the same peer and channel), which
+  // waits for it. As with the socket transport, each side's data then carries the
+  // acknowledgements of the other's.
+  // Receive side: setupRecv's sendsBack, over such a network: it accepts nothing until this
+  // rank's connectSend to the same peer and channel said whether the pair shares (the peer's
+  // connection may be of both directions).
+  bool awaitsShare = false;
+  enum Share { kOwn, kMakes, kWaits } share = kOwn;
+  NetConn* twin = nullptr;
+  void* given = nullptr;  // the comm the twin handed over, until setup takes it
   // Placed (placeSlots): the slots' data are the party's memory, registered as placedMr.
   bool placed = false;
   SlotMemory place;
@@ -174,11 +190,14 @@ class NetTransport final : public Transport, public ProxyLink {
     return true;
   }
 
-  Status setupRecv(int peer, int channel, bool, ConnectInfo* info, RecvConnector* conn) override {
+  Status setupRecv(int peer, int channel, bool sendsBack, ConnectInfo* info,
+                   RecvConnector* conn) override {
     std::unique_ptr<NetConn> c =
         newConn(false, peer, channel, devices_[static_cast<size_t>(channel) % devices_.size()]);
+    c->awaitsShare = sendsBack && plugin_->bothWays();
     NetInfo ni{};
     ni.magic = kInfoMagic;
+    ni.sendsBack = c->awaitsShare ? 1 : 0;
     ni.rail = static_cast<int16_t>(rails_[static_cast<size_t>(c->dev)]);
     ni.plane = static_cast<int16_t>(planes_[static_cast<size_t>(c->dev)]);
     CHORUS_TRY(plugin_->listen(c->dev, ni.handle, &c->listenComm)
@@ -197,6 +216,20 @@ class NetTransport final : public Transport, public ProxyLink {
     std::unique_ptr<NetConn> c =
         newConn(true, peer, channel, sendDevice(peer, channel, ni.rail, ni.plane));
     memcpy(c->handle, ni.handle, sizeof c->handle);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto& r : conns_) {
+        if (r->isSend || r->peer != peer || r->channel != channel || !r->awaitsShare) continue;
+        r->awaitsShare = false;
+        if (ni.sendsBack == 0) break;
+        // The lower rank connects the pair's connection, the higher accepts it.
+        c->share = ctx_.rank < peer ? NetConn::kMakes : NetConn::kWaits;
+        r->share = ctx_.rank < peer ? NetConn::kWaits : NetConn::kMakes;
+        c->twin = r.get();
+        r->twin = c.get();
+        break;
+      }
+    }
     *conn = SendConnector(c->memory.get());
     return addConn(std::move(c));
   }
@@ -420,9 +453,24 @@ class NetTransport final : public Transport, public ProxyLink {
 
   // One non-blocking try at the connection of c; registers its memory once connected.
   void setup(NetConn& c) {
-    if (c.comm != nullptr || c.failed) return;
-    Status s = c.isSend ? plugin_->connect(c.dev, c.handle, &c.comm)
-                        : plugin_->accept(c.listenComm, &c.comm);
+    if (c.comm != nullptr || c.failed || c.awaitsShare) return;
+    Status s = Status::ok();
+    if (c.share == NetConn::kOwn) {
+      s = c.isSend ? plugin_->connect(c.dev, c.handle, &c.comm)
+                   : plugin_->accept(c.listenComm, &c.comm);
+    } else if (c.share == NetConn::kMakes) {
+      void* other = nullptr;
+      s = c.isSend ? plugin_->connectBoth(c.dev, c.handle, &c.comm, &other)
+                   : plugin_->acceptBoth(c.listenComm, &c.comm, &other);
+      if (s.isOk() && c.comm != nullptr) c.twin->given = other;
+    } else {
+      // The twin makes the connection of both directions.
+      if (c.given == nullptr && !c.twin->failed) setup(*c.twin);
+      if (c.given == nullptr && c.twin->failed)
+        s = remoteError("the connection of both directions failed");
+      c.comm = c.given;
+      c.given = nullptr;
+    }
     if (s.isOk() && c.comm != nullptr) {
       s = plugin_->regMr(c.comm, c.data, size_t(ctx_.geometry.nslots) * ctx_.geometry.slotBytes,
                          &c.dataMr);
@@ -434,10 +482,12 @@ class NetTransport final : public Transport, public ProxyLink {
         c.listenComm = nullptr;
       }
       if (s.isOk())
-        LOG_INFO(kSubsysNet, "rank %d: %s rank %d channel %d through net plugin %s (device %d%s)%s",
+        LOG_INFO(kSubsysNet,
+                 "rank %d: %s rank %d channel %d through net plugin %s (device %d%s)%s%s",
                  ctx_.rank, c.isSend ? "sending to" : "receiving from", c.peer, c.channel,
                  plugin_->name(), c.dev, railText(c.dev).c_str(),
-                 c.grouped ? ", a slot's header and data in one grouped receive" : "");
+                 c.grouped ? ", a slot's header and data in one grouped receive" : "",
+                 c.share != NetConn::kOwn ? ", one connection both ways" : "");
     }
     if (!s.isOk()) fail(c, s);
   }
@@ -626,7 +676,10 @@ class NetTransport final : public Transport, public ProxyLink {
       (void)(c.isSend ? plugin_->closeSend(c.comm) : plugin_->closeRecv(c.comm));
     }
     if (c.listenComm != nullptr) (void)plugin_->closeListen(c.listenComm);
-    c.comm = c.listenComm = nullptr;
+    // A comm the twin made for this side that it never took.
+    if (c.given != nullptr)
+      (void)(c.isSend ? plugin_->closeSend(c.given) : plugin_->closeRecv(c.given));
+    c.comm = c.listenComm = c.given = nullptr;
     c.dataMr = c.headMr = c.placedMr = nullptr;
   }
 

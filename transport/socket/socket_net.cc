@@ -78,6 +78,8 @@ struct Hello {
   uint64_t nonce;
   int32_t stream;
   int32_t nstreams;
+  int32_t both;  // the connection carries both directions (connectBoth)
+  int32_t reserved;
 };
 
 struct WireHead {
@@ -118,7 +120,11 @@ struct SendMsg {
 
 struct Comm {
   bool isSend = false;
-  std::vector<Socket> streams;
+  // The connection's streams: shared by the send and the receive comm of a connection that
+  // carries both directions (connectBoth, acceptBoth).
+  std::shared_ptr<std::vector<Socket>> streams;
+  size_t nstreams() const { return streams->size(); }
+  int fd(size_t s) const { return (*streams)[s].fd(); }
   Status failure = Status::ok();  // the first failure: every later call returns it
   Request reqs[kMaxRequests];
   std::deque<SendMsg> out;      // a send comm's messages, oldest first
@@ -147,6 +153,7 @@ struct Listen {
   };
   std::vector<Pending> pending;  // accepted, hello not read yet
   std::vector<Socket> streams;   // the connection being assembled, by stream index
+  int both = 0;                  // what its streams' hellos say
 };
 
 struct Connecting {
@@ -244,86 +251,22 @@ class SocketNet final : public NetPlugin {
   }
 
   Status connect(int dev, void* handle, void** sendComm) override {
-    *sendComm = nullptr;
-    CHORUS_TRY(checkDev(dev));
-    Handle h;
-    memcpy(&h, handle, sizeof h);
-    if (h.magic != kHandleMagic || h.nstreams < 1 || h.nstreams > kMaxStreams)
-      return invalidArgument("socket network: connect: the handle is not a socket listener's");
-    if (h.connecting == nullptr) {
-      h.connecting = new Connecting;
-      Connecting& k = *h.connecting;
-      k.streams.resize(static_cast<size_t>(h.nstreams));
-      k.address = SocketAddress(reinterpret_cast<const sockaddr*>(&h.addr), h.addrLen);
-      k.hello = Hello{kHelloMagic, h.nonce, 0, h.nstreams};
-      k.deadline = SteadyClock::now() +
-                   std::chrono::milliseconds(static_cast<int64_t>(kConnectRetrySeconds * 1000));
-      memcpy(handle, &h, sizeof h);
-    }
-    Connecting* k = h.connecting;
-    Status s = advance(*k);
-    bool done = s.isOk();
-    for (const Connecting::Stream& st : k->streams) done = done && st.state == Connecting::kDone;
-    if (!s.isOk() || done) {
-      h.connecting = nullptr;
-      memcpy(handle, &h, sizeof h);
-    }
-    if (!s.isOk()) {
-      const std::string where = k->address.toString();
-      delete k;
-      return s.withContext("socket network: connecting to " + where);
-    }
-    if (done) {
-      auto c = std::make_unique<Comm>();
-      c->isSend = true;
-      for (Connecting::Stream& st : k->streams) c->streams.push_back(std::move(st.socket));
-      delete k;
-      *sendComm = c.release();
-    }
-    return Status::ok();
+    return connectImpl(dev, handle, sendComm, nullptr);
   }
 
-  Status accept(void* listenComm, void** recvComm) override {
+  // A connection that carries both directions: the pair's two ends agree on it (the end that
+  // connects calls this, the end that accepts acceptBoth).
+  bool bothWays() const override { return true; }
+  Status connectBoth(int dev, void* handle, void** sendComm, void** recvComm) override {
     *recvComm = nullptr;
-    Listen& l = *static_cast<Listen*>(listenComm);
-    while (true) {
-      Result<Socket> s = l.listener.tryAccept(options_);
-      if (!s.isOk()) return s.status().withContext("socket network");
-      if (!s.value().valid()) break;
-      l.pending.push_back(Listen::Pending{s.take(), Hello{}, 0});
-    }
-    for (size_t i = 0; i < l.pending.size();) {
-      Listen::Pending& p = l.pending[i];
-      const ssize_t r = recv(p.socket.fd(), reinterpret_cast<char*>(&p.hello) + p.got,
-                             sizeof(Hello) - p.got, MSG_DONTWAIT);
-      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-        ++i;
-        continue;
-      }
-      if (r > 0) p.got += static_cast<size_t>(r);
-      if (r > 0 && p.got < sizeof(Hello)) continue;
-      const Hello& h = p.hello;
-      const bool fits = r > 0 && h.magic == kHelloMagic && h.nonce == l.nonce &&
-                        h.nstreams == l.nstreams && h.stream >= 0 && h.stream < l.nstreams &&
-                        !l.streams[static_cast<size_t>(h.stream)].valid();
-      if (fits) {
-        l.streams[static_cast<size_t>(h.stream)] = std::move(p.socket);
-      } else {
-        LOG_WARN(kSubsysNet, "socket network: dropped a connection from %s on %s: %s",
-                 p.socket.peer().toString().c_str(), l.listener.address().toString().c_str(),
-                 r <= 0 ? "it closed before saying who it is" : "not one this listener expects");
-      }
-      l.pending.erase(l.pending.begin() + static_cast<std::ptrdiff_t>(i));
-    }
-    for (const Socket& s : l.streams)
-      if (!s.valid()) return Status::ok();
-    auto c = std::make_unique<Comm>();
-    c->stage.reset(new char[kStageBytes]);
-    c->streams = std::move(l.streams);
-    l.streams.clear();
-    l.streams.resize(static_cast<size_t>(l.nstreams));
-    *recvComm = c.release();
-    return Status::ok();
+    return connectImpl(dev, handle, sendComm, recvComm);
+  }
+  Status accept(void* listenComm, void** recvComm) override {
+    return acceptImpl(listenComm, recvComm, nullptr);
+  }
+  Status acceptBoth(void* listenComm, void** recvComm, void** sendComm) override {
+    *sendComm = nullptr;
+    return acceptImpl(listenComm, recvComm, sendComm);
   }
 
   // Host memory is sent and received where it is: nothing to register.
@@ -348,7 +291,7 @@ class SocketNet final : public NetPlugin {
     m.req = r;
     m.head = WireHead{tag, kWireMagic, size};
     m.data = static_cast<const char*>(data);
-    const int n = static_cast<int>(c.streams.size());
+    const int n = static_cast<int>(c.nstreams());
     for (int s = 0; s < n; ++s) {
       uint64_t b, e;
       stripeOf(size, n, s, &b, &e);
@@ -414,19 +357,19 @@ class SocketNet final : public NetPlugin {
     if (comm == nullptr) return true;
     const Comm& c = *static_cast<Comm*>(comm);
     if (!c.failure.isOk()) return true;
-    const size_t n = c.streams.size();
+    const size_t n = c.nstreams();
     if (c.isSend) {
       for (size_t s = 0; s < n; ++s) {
         bool pending = false;
         for (const SendMsg& m : c.out) pending = pending || m.part[s].offset < m.part[s].total;
-        if (pending) fds->push_back(pollfd{c.streams[s].fd(), POLLOUT, 0});
+        if (pending) fds->push_back(pollfd{c.fd(s), POLLOUT, 0});
       }
       return true;
     }
     if (c.posted.empty()) return true;
     for (size_t s = 0; s < n; ++s)
       if (c.inMessage ? c.part[s].offset < c.part[s].total : s == 0)
-        fds->push_back(pollfd{c.streams[s].fd(), POLLIN, 0});
+        fds->push_back(pollfd{c.fd(s), POLLIN, 0});
     return true;
   }
 
@@ -444,6 +387,108 @@ class SocketNet final : public NetPlugin {
   }
 
  private:
+  // connect, and with recvComm also the receive comm of the connection (connectBoth).
+  Status connectImpl(int dev, void* handle, void** sendComm, void** recvComm) {
+    *sendComm = nullptr;
+    CHORUS_TRY(checkDev(dev));
+    Handle h;
+    memcpy(&h, handle, sizeof h);
+    if (h.magic != kHandleMagic || h.nstreams < 1 || h.nstreams > kMaxStreams)
+      return invalidArgument("socket network: connect: the handle is not a socket listener's");
+    if (h.connecting == nullptr) {
+      h.connecting = new Connecting;
+      Connecting& k = *h.connecting;
+      k.streams.resize(static_cast<size_t>(h.nstreams));
+      k.address = SocketAddress(reinterpret_cast<const sockaddr*>(&h.addr), h.addrLen);
+      k.hello = Hello{kHelloMagic, h.nonce, 0, h.nstreams, recvComm != nullptr ? 1 : 0, 0};
+      k.deadline = SteadyClock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(kConnectRetrySeconds * 1000));
+      memcpy(handle, &h, sizeof h);
+    }
+    Connecting* k = h.connecting;
+    Status s = advance(*k);
+    bool done = s.isOk();
+    for (const Connecting::Stream& st : k->streams) done = done && st.state == Connecting::kDone;
+    if (!s.isOk() || done) {
+      h.connecting = nullptr;
+      memcpy(handle, &h, sizeof h);
+    }
+    if (!s.isOk()) {
+      const std::string where = k->address.toString();
+      delete k;
+      return s.withContext("socket network: connecting to " + where);
+    }
+    if (done) {
+      if ((k->hello.both != 0) != (recvComm != nullptr)) {
+        delete k;
+        return invalidUsage("socket network: connect and connectBoth on one handle");
+      }
+      auto streams = std::make_shared<std::vector<Socket>>();
+      for (Connecting::Stream& st : k->streams) streams->push_back(std::move(st.socket));
+      delete k;
+      *sendComm = newComm(true, streams);
+      if (recvComm != nullptr) *recvComm = newComm(false, streams);
+    }
+    return Status::ok();
+  }
+
+  static Comm* newComm(bool isSend, const std::shared_ptr<std::vector<Socket>>& streams) {
+    auto c = std::make_unique<Comm>();
+    c->isSend = isSend;
+    c->streams = streams;
+    if (!isSend) c->stage.reset(new char[kStageBytes]);
+    return c.release();
+  }
+
+  // accept, and with sendComm also the send comm of the connection (acceptBoth).
+  Status acceptImpl(void* listenComm, void** recvComm, void** sendComm) {
+    *recvComm = nullptr;
+    Listen& l = *static_cast<Listen*>(listenComm);
+    while (true) {
+      Result<Socket> s = l.listener.tryAccept(options_);
+      if (!s.isOk()) return s.status().withContext("socket network");
+      if (!s.value().valid()) break;
+      l.pending.push_back(Listen::Pending{s.take(), Hello{}, 0});
+    }
+    for (size_t i = 0; i < l.pending.size();) {
+      Listen::Pending& p = l.pending[i];
+      const ssize_t r = recv(p.socket.fd(), reinterpret_cast<char*>(&p.hello) + p.got,
+                             sizeof(Hello) - p.got, MSG_DONTWAIT);
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+        ++i;
+        continue;
+      }
+      if (r > 0) p.got += static_cast<size_t>(r);
+      if (r > 0 && p.got < sizeof(Hello)) continue;
+      const Hello& h = p.hello;
+      const bool fits = r > 0 && h.magic == kHelloMagic && h.nonce == l.nonce &&
+                        h.nstreams == l.nstreams && h.stream >= 0 && h.stream < l.nstreams &&
+                        !l.streams[static_cast<size_t>(h.stream)].valid();
+      if (fits) {
+        l.streams[static_cast<size_t>(h.stream)] = std::move(p.socket);
+        l.both = h.both;
+      } else {
+        LOG_WARN(kSubsysNet, "socket network: dropped a connection from %s on %s: %s",
+                 p.socket.peer().toString().c_str(), l.listener.address().toString().c_str(),
+                 r <= 0 ? "it closed before saying who it is" : "not one this listener expects");
+      }
+      l.pending.erase(l.pending.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    for (const Socket& s : l.streams)
+      if (!s.valid()) return Status::ok();
+    auto streams = std::make_shared<std::vector<Socket>>(std::move(l.streams));
+    l.streams.clear();
+    l.streams.resize(static_cast<size_t>(l.nstreams));
+    if ((l.both != 0) != (sendComm != nullptr))
+      return invalidUsage(
+          "socket network: the connection accepted on %s carries %s, this end expected %s",
+          l.listener.address().toString().c_str(), l.both ? "both directions" : "one",
+          sendComm != nullptr ? "both" : "one");
+    *recvComm = newComm(false, streams);
+    if (sendComm != nullptr) *sendComm = newComm(true, streams);
+    return Status::ok();
+  }
+
   Status checkDev(int dev) const {
     if (dev < 0 || dev >= devices())
       return invalidArgument("socket network: device %d (it has %d)", dev, devices());
@@ -537,7 +582,7 @@ class SocketNet final : public NetPlugin {
   // as far as the sockets take them; completes the messages sent whole.
   void progressSend(Comm& c) {
     if (!c.failure.isOk()) return;
-    for (size_t s = 0; s < c.streams.size(); ++s) {
+    for (size_t s = 0; s < c.nstreams(); ++s) {
       while (true) {
         iovec iov[kIovMax];
         int n = 0;
@@ -559,7 +604,7 @@ class SocketNet final : public NetPlugin {
         msghdr msg{};
         msg.msg_iov = iov;
         msg.msg_iovlen = static_cast<size_t>(n);
-        const ssize_t r = sendmsg(c.streams[s].fd(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        const ssize_t r = sendmsg(c.fd(s), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (r < 0) ioFailed(c, r, "send");
         if (r <= 0) break;
         size_t left = static_cast<size_t>(r);
@@ -576,7 +621,7 @@ class SocketNet final : public NetPlugin {
     }
     while (!c.out.empty()) {
       const SendMsg& m = c.out.front();
-      for (size_t s = 0; s < c.streams.size(); ++s)
+      for (size_t s = 0; s < c.nstreams(); ++s)
         if (m.part[s].offset < m.part[s].total) return;
       m.req->filled = 1;
       c.out.pop_front();
@@ -587,7 +632,7 @@ class SocketNet final : public NetPlugin {
   // how many were moved into `to` (0: none now, or c failed).
   static size_t readStaged(Comm& c, char* to, size_t want) {
     if (c.stageBegin == c.stageEnd) {
-      const int fd = c.streams[0].fd();
+      const int fd = c.fd(0);
       if (want >= kStageBytes) {
         const ssize_t r = recv(fd, to, want, MSG_DONTWAIT);
         return r > 0 ? static_cast<size_t>(r) : (ioFailed(c, r, "recv"), 0);
@@ -604,7 +649,7 @@ class SocketNet final : public NetPlugin {
   }
 
   static size_t readDirect(Comm& c, size_t s, char* to, size_t want) {
-    const ssize_t r = recv(c.streams[s].fd(), to, want, MSG_DONTWAIT);
+    const ssize_t r = recv(c.fd(s), to, want, MSG_DONTWAIT);
     return r > 0 ? static_cast<size_t>(r) : (ioFailed(c, r, "recv"), 0);
   }
 
@@ -638,7 +683,7 @@ class SocketNet final : public NetPlugin {
                             static_cast<unsigned long long>(c.head.bytes), r.size[buf]));
       return false;
     }
-    const int n = static_cast<int>(c.streams.size());
+    const int n = static_cast<int>(c.nstreams());
     for (int s = 0; s < n; ++s) {
       uint64_t b, e;
       stripeOf(c.head.bytes, n, s, &b, &e);
@@ -659,7 +704,7 @@ class SocketNet final : public NetPlugin {
       if (!c.inMessage && !startMessage(c)) return;
       char* const to = c.dest->data[c.destBuf];
       bool complete = true;
-      for (size_t s = 0; s < c.streams.size() && c.failure.isOk(); ++s) {
+      for (size_t s = 0; s < c.nstreams() && c.failure.isOk(); ++s) {
         Part& p = c.part[s];
         while (p.offset < p.total) {
           size_t got;
