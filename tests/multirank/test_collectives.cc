@@ -72,7 +72,11 @@ class CollectiveMatrix : public ::testing::TestWithParam<Config> {
       env.push_back("CHORUS_SHM_DISABLE=1");
       env.push_back("CHORUS_SOCKET_NSTREAMS=3");
     }
-    if (std::get<1>(GetParam()) == kSocketNet) env.push_back("CHORUS_SOCKET_NET=1");
+    if (std::get<1>(GetParam()) == kSocketNet) {
+      // NCCL_NET=Socket: no plugin or HCA found on the machine takes the links instead.
+      env.push_back("CHORUS_SOCKET_NET=1");
+      env.push_back("NCCL_NET=Socket");
+    }
     if (std::get<3>(GetParam()) > 1) {
       env.push_back("CHORUS_MIN_CHANNELS=" + std::to_string(std::get<3>(GetParam())));
       env.push_back("CHORUS_MAX_CHANNELS=" + std::to_string(std::get<3>(GetParam())));

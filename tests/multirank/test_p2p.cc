@@ -47,7 +47,11 @@ class P2pMatrix : public ::testing::TestWithParam<Config> {
   void run(const std::function<void(int, int, ncclComm_t&)>& body) {
     std::vector<std::string> env = {"CHORUS_BUFFSIZE=65536"};
     if (std::get<1>(GetParam()) != kShm) env.push_back("CHORUS_SHM_DISABLE=1");
-    if (std::get<1>(GetParam()) == kSocketNet) env.push_back("CHORUS_SOCKET_NET=1");
+    if (std::get<1>(GetParam()) == kSocketNet) {
+      // NCCL_NET=Socket: no plugin or HCA found on the machine takes the links instead.
+      env.push_back("CHORUS_SOCKET_NET=1");
+      env.push_back("NCCL_NET=Socket");
+    }
     chorus_test::runRanks(std::get<2>(GetParam()), std::get<0>(GetParam()), env, body);
   }
 };

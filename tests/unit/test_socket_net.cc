@@ -20,6 +20,15 @@ namespace {
 
 using chorus::NetPlugin;
 
+// Bytes that do not repeat within a stripe's alignment (a stripe written at another offset, or
+// two stripes swapped, compare unequal).
+unsigned char pattern(size_t i, size_t salt) {
+  uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull + salt;
+  x ^= x >> 29;
+  x *= 0xbf58476d1ce4e5b9ull;
+  return static_cast<unsigned char>(x >> 56);
+}
+
 std::unique_ptr<NetPlugin> makeNet() {
   auto net = chorus::makeSocketNet();
   EXPECT_TRUE(net.isOk()) << net.status().message();
@@ -58,7 +67,7 @@ void expectMessages(const char* nstreams) {
   std::vector<void*> sreqs, rreqs;
   for (size_t k = 0; k < sizes.size(); ++k) {
     out.emplace_back(sizes[k]);
-    for (size_t i = 0; i < sizes[k]; ++i) out[k][i] = static_cast<unsigned char>(i * 13 + k);
+    for (size_t i = 0; i < sizes[k]; ++i) out[k][i] = pattern(i, k);
     in.emplace_back(sizes[k] + 64, 0xee);
   }
   for (size_t k = 0; k < sizes.size(); ++k) {
@@ -156,7 +165,8 @@ TEST(SocketNet, DropsConnectionsWithoutTheListenersNonce) {
   }
   ASSERT_NE(send, nullptr);
   ASSERT_NE(recv, nullptr);
-  std::vector<unsigned char> out(200000, 3), in(200000, 0);
+  std::vector<unsigned char> out(200000), in(200000, 0);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = pattern(i, 1);
   void *mr = nullptr, *sreq = nullptr, *rreq = nullptr, *lost = nullptr;
   ASSERT_TRUE(p.irecv(recv, in.data(), in.size(), 1, mr, &rreq).isOk());
   ASSERT_TRUE(p.isend(wrong, out.data(), 100, 1, mr, &lost).isOk());
@@ -244,8 +254,8 @@ TEST(SocketNet, OneConnectionCarriesBothDirections) {
   ASSERT_NE(bRecv, nullptr);
   std::vector<pollfd> aFds, bFds;
   std::vector<unsigned char> toB(300000), toA(5000), atB(300000, 0), atA(5000, 0);
-  for (size_t i = 0; i < toB.size(); ++i) toB[i] = static_cast<unsigned char>(i * 3);
-  for (size_t i = 0; i < toA.size(); ++i) toA[i] = static_cast<unsigned char>(i * 5 + 1);
+  for (size_t i = 0; i < toB.size(); ++i) toB[i] = pattern(i, 2);
+  for (size_t i = 0; i < toA.size(); ++i) toA[i] = pattern(i, 3);
   void *mr = nullptr, *s1 = nullptr, *r1 = nullptr, *s2 = nullptr, *r2 = nullptr;
   ASSERT_TRUE(p.irecv(bRecv, atB.data(), atB.size(), 2, mr, &r1).isOk());
   ASSERT_TRUE(p.irecv(aRecv, atA.data(), atA.size(), 3, mr, &r2).isOk());

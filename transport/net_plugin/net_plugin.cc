@@ -566,11 +566,7 @@ Result<NetPlugin*> builtinIbNet() {
 // Chorus's sockets: null (the socket transport), or the socket network behind the plugin
 // interface where CHORUS_SOCKET_NET asks for it.
 Result<NetPlugin*> chorusSockets() {
-  const int64_t want = paramInt("SOCKET_NET");
-  if (want != 0 && want != 1)
-    return invalidArgument("%s=%lld is not 0 (the socket transport) or 1 (the socket network)",
-                           paramRaw("SOCKET_NET").source.c_str(), static_cast<long long>(want));
-  if (want == 0) return static_cast<NetPlugin*>(nullptr);
+  if (paramInt("SOCKET_NET") == 0) return static_cast<NetPlugin*>(nullptr);
   Result<std::unique_ptr<NetPlugin>> net = makeSocketNet();
   if (!net.isOk()) return net.status();
   NetPlugin* p = net.take().release();  // lives as long as the process
@@ -578,7 +574,27 @@ Result<NetPlugin*> chorusSockets() {
   return p;
 }
 
+// The network chosen, and a warning where CHORUS_SOCKET_NET=1 asked for the socket network
+// that another network (a plugin, IB) then took the place of.
+Result<NetPlugin*> chooseNetwork();
+
 Result<NetPlugin*> choosePlugin() {
+  const int64_t socketNet = paramInt("SOCKET_NET");
+  if (socketNet != 0 && socketNet != 1)
+    return invalidArgument("%s=%lld is not 0 (the socket transport) or 1 (the socket network)",
+                           paramRaw("SOCKET_NET").source.c_str(),
+                           static_cast<long long>(socketNet));
+  Result<NetPlugin*> chosen = chooseNetwork();
+  if (chosen.isOk() && socketNet == 1 && chosen.value() != nullptr &&
+      strcmp(chosen.value()->name(), kSocketNetName) != 0)
+    LOG_WARN(kSubsysNet | kSubsysInit,
+             "%s=1: the socket network is not used: %s carries the links between hosts "
+             "(NCCL_NET=Socket insists on sockets)",
+             paramRaw("SOCKET_NET").source.c_str(), chosen.value()->name());
+  return chosen;
+}
+
+Result<NetPlugin*> chooseNetwork() {
   const ParamValue setting = paramRaw("NET_PLUGIN");
   const ParamValue net = paramRaw("NET");
   if (net.isSet && strcasecmp(net.value.c_str(), "socket") == 0) return chorusSockets();

@@ -43,6 +43,9 @@ class NetPlugin {
   virtual Status listen(int dev, void* handle, void** listenComm) = 0;
   virtual Status connect(int dev, void* handle, void** sendComm) = 0;
   virtual Status accept(void* listenComm, void** recvComm) = 0;
+  // A connect that will not be called again with this handle (its connection is given up):
+  // what it holds for the connect in progress is released.
+  virtual void abandonConnect(void* handle) { (void)handle; }
   // Connections that carry both directions of a pair (Chorus's socket network): connectBoth is
   // connect whose connection also gives the receive comm of the way back (*recvComm, set with
   // *sendComm), acceptBoth is accept whose connection also gives the send comm of the way back.

@@ -81,7 +81,8 @@ struct NetConn {
   bool awaitsShare = false;
   enum Share { kOwn, kMakes, kWaits } share = kOwn;
   NetConn* twin = nullptr;
-  void* given = nullptr;  // the comm the twin handed over, until setup takes it
+  void* given = nullptr;        // the comm the twin handed over, until setup takes it
+  std::vector<pollfd> watched;  // what the proxy's sleep on descriptors watches for it
   // Placed (placeSlots): the slots' data are the party's memory, registered as placedMr.
   bool placed = false;
   SlotMemory place;
@@ -164,6 +165,7 @@ class NetTransport final : public Transport, public ProxyLink {
     for (auto& conn : conns_)
       if (conn->fifo == fifo) c = conn.get();
     if (c == nullptr) return internalError("net plugin transport: no connection has that FIFO");
+    if (c->held) ring();  // its receives may be posted now
     c->held = false;
     if (mem == nullptr || c->placed || c->posted != 0 ||
         c->fifo->tail.load(std::memory_order_acquire) != 0 || paramInt("NET_PLACE_SLOTS") == 0 ||
@@ -271,13 +273,22 @@ class NetTransport final : public Transport, public ProxyLink {
     progress(false, nullptr);
     for (auto& c : conns_) {
       if (c->failed) continue;
-      const uint64_t tail = c->fifo->tail.load(std::memory_order_acquire);
-      if (c->isSend && (onFds_ ? c->done : c->posted) < tail) return true;
-      // On descriptors the proxy watches a receiving connection only while it has a receive
-      // posted: one that has none and room for one needs the proxy to post it.
-      if (onFds_ && !c->isSend && c->comm != nullptr && !c->held && c->posted == c->done &&
-          c->posted < c->fifo->head.load(std::memory_order_acquire) + ctx_.geometry.nslots)
-        return true;
+      if (!onFds_) {
+        if (c->isSend && c->posted < c->fifo->tail.load(std::memory_order_acquire)) return true;
+        continue;
+      }
+      // On descriptors: whatever a connection now waits on that the sleeping proxy does not
+      // watch (receives left to the drivers aside), as the socket transport compares.
+      if (c->comm == nullptr) return true;
+      if (!c->isSend && recvLeftToDrivers_) continue;
+      scratchFds_.clear();
+      plugin_->pollFds(c->comm, &scratchFds_);
+      for (const pollfd& want : scratchFds_) {
+        bool watched = false;
+        for (const pollfd& w : c->watched)
+          watched = watched || (w.fd == want.fd && (want.events & ~w.events) == 0);
+        if (!watched) return true;
+      }
     }
     return false;
   }
@@ -404,7 +415,10 @@ class NetTransport final : public Transport, public ProxyLink {
     std::lock_guard<std::mutex> lock(mutex_);
     if (c->isSend) setup(*c);
     conns_.push_back(std::move(c));
-    if (!proxy_.joinable()) proxy_ = std::thread([this] { proxyLoop(); });
+    if (!proxy_.joinable())
+      proxy_ = std::thread([this] { proxyLoop(); });
+    else
+      ring();  // a proxy asleep on descriptors has the new connection to set up
     return Status::ok();
   }
 
@@ -676,6 +690,8 @@ class NetTransport final : public Transport, public ProxyLink {
       (void)(c.isSend ? plugin_->closeSend(c.comm) : plugin_->closeRecv(c.comm));
     }
     if (c.listenComm != nullptr) (void)plugin_->closeListen(c.listenComm);
+    if (c.isSend && c.comm == nullptr && c.share != NetConn::kWaits)
+      plugin_->abandonConnect(c.handle);
     // A comm the twin made for this side that it never took.
     if (c.given != nullptr)
       (void)(c.isSend ? plugin_->closeSend(c.given) : plugin_->closeRecv(c.given));
@@ -694,7 +710,7 @@ class NetTransport final : public Transport, public ProxyLink {
     // Raised before the last look, so that a change after it rings the doorbell.
     sleeping.store(kAsleepDriven, std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (progress(true, nullptr) || stop_.load()) {
+    if (progress(true, nullptr)) {
       sleeping.store(kAwake, std::memory_order_relaxed);
       return true;
     }
@@ -714,7 +730,9 @@ class NetTransport final : public Transport, public ProxyLink {
       const size_t before = fds_.size();
       plugin_->pollFds(c->comm, &fds_);
       if (!c->isSend && leftToDrivers) fds_.resize(before);
+      c->watched.assign(fds_.begin() + static_cast<std::ptrdiff_t>(before), fds_.end());
     }
+    recvLeftToDrivers_ = leftToDrivers;
     if (!leftToDrivers) sleeping.store(kAsleep, std::memory_order_seq_cst);
     lock.unlock();
     poll(fds_.data(), fds_.size(), leftToDrivers ? kDrivenSleepMs : 100);
@@ -782,7 +800,9 @@ class NetTransport final : public Transport, public ProxyLink {
   bool holding_ = false;  // under mutex_: holdReceives
   // The network progresses on descriptors (NetPlugin::pollFds): the proxy sleeps on them.
   bool onFds_ = false;
-  std::vector<pollfd> fds_;  // the proxy's poll set
+  std::vector<pollfd> fds_;         // the proxy's poll set
+  std::vector<pollfd> scratchFds_;  // under mutex_: progressNeedsProxy's
+  bool recvLeftToDrivers_ = false;  // the proxy's sleep leaves the receives to the drivers
   // The drive and watch-request counts the proxy saw at its last sleep (see sleepOnFds).
   uint32_t lastEpoch_ = 0;
   uint32_t lastRequests_ = 0;

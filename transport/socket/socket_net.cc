@@ -53,8 +53,9 @@ constexpr int kMaxRecvs = 8;
 constexpr int kMaxRequests = NCCL_NET_MAX_REQUESTS;
 constexpr size_t kStageBytes = 16384;
 constexpr int kIovMax = 64;
-// How long a connect refused or unreachable is tried again (the listener is up before its
-// handle is handed out, so this covers a backlog that overflowed, not a late listener).
+// How long a connect is tried: a refused or unreachable attempt is made again, an unanswered
+// one waited for (the listener is up before its handle is handed out, so this covers a backlog
+// that overflowed or a peer that cannot be reached, not a late listener).
 constexpr double kConnectRetrySeconds = 10;
 
 struct Connecting;
@@ -260,6 +261,14 @@ class SocketNet final : public NetPlugin {
   Status connectBoth(int dev, void* handle, void** sendComm, void** recvComm) override {
     *recvComm = nullptr;
     return connectImpl(dev, handle, sendComm, recvComm);
+  }
+  void abandonConnect(void* handle) override {
+    Handle h;
+    memcpy(&h, handle, sizeof h);
+    if (h.magic != kHandleMagic || h.connecting == nullptr) return;
+    delete h.connecting;
+    h.connecting = nullptr;
+    memcpy(handle, &h, sizeof h);
   }
   Status accept(void* listenComm, void** recvComm) override {
     return acceptImpl(listenComm, recvComm, nullptr);
@@ -525,7 +534,11 @@ class SocketNet final : public NetPlugin {
       }
       if (st.state == Connecting::kWait) {
         pollfd p{st.socket.fd(), POLLOUT, 0};
-        if (poll(&p, 1, 0) <= 0) continue;
+        if (poll(&p, 1, 0) <= 0) {
+          // Unanswered (dropped SYNs, an address not routed here): given up with the retries.
+          if (now >= k.deadline) return errnoError(ETIMEDOUT, "connect");
+          continue;
+        }
         int err = 0;
         socklen_t len = sizeof err;
         if (getsockopt(st.socket.fd(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
@@ -751,6 +764,13 @@ Result<std::unique_ptr<NetPlugin>> makeSocketNet() {
   if (!found.isOk()) return found.status().withContext("socket network");
   std::vector<InterfaceAddress> devices = found.take();
   if (devices.empty()) return invalidUsage("socket network: no interface is up");
+  std::string names;
+  for (const InterfaceAddress& a : devices) names += (names.empty() ? "" : ", ") + a.name;
+  // Channels listen on each device in turn: every one must reach every other host.
+  LOG_INFO(kSubsysNet, "socket network: devices %s%s", names.c_str(),
+           devices.size() > 1 ? " (each takes channels in turn; SOCKET_IFNAME leaves out those "
+                                "that do not reach every host)"
+                              : "");
   return std::unique_ptr<NetPlugin>(new SocketNet(std::move(devices)));
 }
 
