@@ -507,11 +507,17 @@ TEST(PeerFailure, PeerThatDestroysFirstIsNoError) {
 // shrink the communicator without it and go on with correct results (over shared memory and
 // over sockets, where the parent's own links are what failed).
 TEST(PeerFailure, SurvivorsShrinkAndFinishTheJob) {
-  for (const char* transport : {"CHORUS_SHM_DISABLE=0", "CHORUS_SHM_DISABLE=1"}) {
-    SCOPED_TRACE(transport);
+  // Shared memory, the socket transport, and the socket network (net transport), whose failed
+  // ranks end their connections as the socket transport's do.
+  const std::vector<std::vector<std::string>> transports = {
+      {"CHORUS_SHM_DISABLE=0"},
+      {"CHORUS_SHM_DISABLE=1"},
+      {"CHORUS_SHM_DISABLE=1", "CHORUS_SOCKET_NET=1", "NCCL_NET=Socket"}};
+  for (std::vector<std::string> env : transports) {
+    SCOPED_TRACE(env.back());
+    env.push_back("CHORUS_TIMEOUT=60");
     chorus_test::runRanks(
-        4, chorus_test::RankMode::kProcesses, {transport, "CHORUS_TIMEOUT=60"},
-        [&](int rank, int, ncclComm_t& comm) {
+        4, chorus_test::RankMode::kProcesses, env, [&](int rank, int, ncclComm_t& comm) {
           std::vector<double> v(4096, rank + 1.0);
           ASSERT_EQ(ncclAllReduce(v.data(), v.data(), v.size(), ncclDouble, ncclSum, comm, nullptr),
                     ncclSuccess)

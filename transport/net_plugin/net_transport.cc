@@ -686,7 +686,13 @@ class NetTransport final : public Transport, public ProxyLink {
     while (true) {
       const bool moved = progress(true, nullptr);
       if (ctx_.abort->isRaised()) {
-        for (auto& c : conns_) c->failed = true;
+        // A communicator that failed or was aborted ends its connections at once, as the
+        // socket transport does: peers waiting on them fail promptly (and in turn end theirs)
+        // instead of waiting for their timeout.
+        for (auto& c : conns_) {
+          close(*c);
+          c->failed = true;
+        }
         return;
       }
       if (stop_.load(std::memory_order_relaxed)) {
