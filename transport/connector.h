@@ -17,6 +17,11 @@ namespace chorus {
 
 constexpr int kMaxFifoSlots = 64;
 constexpr size_t kPeerErrorBytes = 256;
+// CallTag::what of a failure notice: the message a failed or aborted communicator sends on
+// each network connection before closing it, holding why (text, at most kPeerErrorBytes - 1
+// bytes), which the receiver keeps for its error message instead of a slot. Above every real
+// tag.
+constexpr uint32_t kFailNoticeKind = 0xfa110000u;
 
 // Memory of the party at one end of a connector (a device FIFO's slots) that a network
 // transport may send from or receive into in place of its own FIFO data (placeSlots): the

@@ -37,34 +37,44 @@ std::string expectPromptFailure(ncclResult_t r, ncclComm_t comm,
 // Rank 0 receives from it and sees its connection close, rank 2 sends to it; rank 1 has no
 // connection to it at all and learns why its neighbours stopped from the notices they send
 // before closing theirs. All fail long before the timeout, and every error names rank 3.
+// Through the socket transport, and through the socket network behind the net plugin
+// interface (the net transport sends its notices as a slot of their own kind).
+void peersOfAFailedRankNameTheCause(const std::vector<std::string>& extra) {
+  std::vector<std::string> env = {"CHORUS_SHM_DISABLE=1", "CHORUS_TIMEOUT=60", "CHORUS_ALGO=ring"};
+  env.insert(env.end(), extra.begin(), extra.end());
+  chorus_test::runRanks(4, RankMode::kProcesses, env, [](int rank, int, ncclComm_t& comm) {
+    std::vector<float> v(size_t(1) << 18, 1.0f);
+    ASSERT_EQ(ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm, nullptr),
+              ncclSuccess);
+    // Its sends leave through the proxy thread after the call returned: give them time to
+    // reach the peers before the process goes.
+    if (rank == 3) {
+      usleep(300000);
+      _exit(0);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    ncclResult_t r = ncclSuccess;
+    for (int i = 0; i < 3 && r == ncclSuccess; ++i)
+      r = ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm, nullptr);
+    const std::string e = expectPromptFailure(r, comm, start, "rank 3");
+    if (rank == 1) {
+      EXPECT_TRUE(names(e, "its communicator failed")) << e;
+    }
+    // The failure stays: later calls fail at once with the same error.
+    EXPECT_EQ(ncclAllReduce(v.data(), v.data(), 1, ncclFloat, ncclSum, comm, nullptr),
+              ncclRemoteError);
+    ncclResult_t async = ncclSuccess;
+    EXPECT_EQ(ncclCommGetAsyncError(comm, &async), ncclSuccess);
+    EXPECT_EQ(async, ncclRemoteError);
+  });
+}
+
 TEST(FailureNotice, SocketPeersOfAFailedRankNameTheCause) {
-  chorus_test::runRanks(
-      4, RankMode::kProcesses, {"CHORUS_SHM_DISABLE=1", "CHORUS_TIMEOUT=60", "CHORUS_ALGO=ring"},
-      [](int rank, int, ncclComm_t& comm) {
-        std::vector<float> v(size_t(1) << 18, 1.0f);
-        ASSERT_EQ(ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm, nullptr),
-                  ncclSuccess);
-        // Its sends leave through the proxy thread after the call returned: give them time to
-        // reach the peers before the process goes.
-        if (rank == 3) {
-          usleep(300000);
-          _exit(0);
-        }
-        const auto start = std::chrono::steady_clock::now();
-        ncclResult_t r = ncclSuccess;
-        for (int i = 0; i < 3 && r == ncclSuccess; ++i)
-          r = ncclAllReduce(v.data(), v.data(), v.size(), ncclFloat, ncclSum, comm, nullptr);
-        const std::string e = expectPromptFailure(r, comm, start, "rank 3");
-        if (rank == 1) {
-          EXPECT_TRUE(names(e, "its communicator failed")) << e;
-        }
-        // The failure stays: later calls fail at once with the same error.
-        EXPECT_EQ(ncclAllReduce(v.data(), v.data(), 1, ncclFloat, ncclSum, comm, nullptr),
-                  ncclRemoteError);
-        ncclResult_t async = ncclSuccess;
-        EXPECT_EQ(ncclCommGetAsyncError(comm, &async), ncclSuccess);
-        EXPECT_EQ(async, ncclRemoteError);
-      });
+  peersOfAFailedRankNameTheCause({});
+}
+
+TEST(FailureNotice, SocketNetworkPeersOfAFailedRankNameTheCause) {
+  peersOfAFailedRankNameTheCause({"CHORUS_SOCKET_NET=1", "NCCL_NET=Socket"});
 }
 
 // Two ranks on one host (shared memory): rank 0 destroys its communicator while rank 1 waits

@@ -517,6 +517,20 @@ class NetTransport final : public Transport, public ProxyLink {
         }
       }
       const size_t capacity = c.capacity(slotBytes);
+      if (!c.isSend && c.slotHeads[slot].tag.what == kFailNoticeKind) {
+        // Not data: the peer's communicator failed and says why; nothing more will come.
+        const bool readable = !(c.placed && c.place.device) && got < kPeerErrorBytes;
+        snprintf(c.fifo->peerError, kPeerErrorBytes, "%.*s", readable ? static_cast<int>(got) : 0,
+                 c.slot(slot, slotBytes));
+        if (!readable)
+          snprintf(c.fifo->peerError, kPeerErrorBytes, "rank %d's communicator failed", c.peer);
+        c.failed = true;
+        c.fifo->peerClosed.store(1, std::memory_order_release);
+        wakeSleepers(c.fifo->tail, c.fifo->tailSleepers);
+        LOG_INFO(kSubsysNet, "rank %d: rank %d closed its connection (channel %d): %s", ctx_.rank,
+                 c.peer, c.channel, c.fifo->peerError);
+        return true;
+      }
       if (!c.isSend &&
           (r.headBytes != sizeof(SlotInfo) || got != c.slotHeads[slot].bytes || got > capacity)) {
         fail(c,
@@ -616,6 +630,52 @@ class NetTransport final : public Transport, public ProxyLink {
     return true;
   }
 
+  // A communicator that failed or was aborted ends its connections at once, as the socket
+  // transport does: peers waiting on them fail promptly (and in turn end theirs) instead of
+  // waiting for their timeout. Each peer that receives from this rank first gets a notice
+  // saying why: a slot of its own kind (kFailNoticeKind) holding the text, sent from the
+  // FIFO's registered memory where nothing is in flight on the connection (best effort, for a
+  // few milliseconds), so that its own error names the cause. Callers hold mutex_.
+  void endAll() {
+    std::string why = ctx_.errors != nullptr ? ctx_.errors->failureText() : std::string();
+    if (why.empty()) why = formatString("rank %d: the communicator was aborted", ctx_.rank);
+    why.resize(std::min(why.size(), kPeerErrorBytes - 1));
+    std::vector<void*> requests;
+    for (auto& c : conns_) {
+      if (!c->isSend || c->failed || c->comm == nullptr || c->posted != c->done) continue;
+      const uint64_t slot = c->done % ctx_.geometry.nslots;
+      char* text = c->data + slot * ctx_.geometry.slotBytes;
+      memcpy(text, why.data(), why.size());
+      SlotInfo& head = c->slotHeads[slot];
+      head = SlotInfo{};
+      head.bytes = why.size();
+      head.tag.what = kFailNoticeKind;
+      void *h = nullptr, *d = nullptr;
+      if (!plugin_->isend(c->comm, &head, sizeof head, 2 * ctx_.rank, c->headMr, &h).isOk() ||
+          h == nullptr)
+        continue;
+      requests.push_back(h);
+      if (plugin_->isend(c->comm, text, why.size(), 2 * ctx_.rank + 1, c->dataMr, &d).isOk() &&
+          d != nullptr)
+        requests.push_back(d);
+    }
+    const Clock::time_point until = Clock::now() + std::chrono::milliseconds(20);
+    while (!requests.empty() && Clock::now() < until) {
+      for (size_t i = 0; i < requests.size();) {
+        bool done = false;
+        if (!plugin_->test(requests[i], &done, nullptr).isOk() || done) {
+          requests.erase(requests.begin() + static_cast<std::ptrdiff_t>(i));
+          continue;
+        }
+        ++i;
+      }
+    }
+    for (auto& c : conns_) {
+      close(*c);
+      c->failed = true;
+    }
+  }
+
   void close(NetConn& c) {
     if (c.comm != nullptr) {
       if (c.dataMr != nullptr) (void)plugin_->deregMr(c.comm, c.dataMr);
@@ -686,13 +746,7 @@ class NetTransport final : public Transport, public ProxyLink {
     while (true) {
       const bool moved = progress(true, nullptr);
       if (ctx_.abort->isRaised()) {
-        // A communicator that failed or was aborted ends its connections at once, as the
-        // socket transport does: peers waiting on them fail promptly (and in turn end theirs)
-        // instead of waiting for their timeout.
-        for (auto& c : conns_) {
-          close(*c);
-          c->failed = true;
-        }
+        endAll();
         return;
       }
       if (stop_.load(std::memory_order_relaxed)) {
@@ -700,6 +754,12 @@ class NetTransport final : public Transport, public ProxyLink {
         if (!draining) {
           draining = true;
           drainDeadline = Clock::now() + std::chrono::seconds(10);
+          // Destroyed after a call failed: the others may wait on this rank, so it tells them
+          // why as it closes, rather than looking like a rank that just left.
+          if (ctx_.errors != nullptr && !ctx_.errors->failureText().empty()) {
+            endAll();
+            return;
+          }
         }
         if (sendsDrained() || Clock::now() > drainDeadline) return;
       }

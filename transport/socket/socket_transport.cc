@@ -43,10 +43,6 @@ constexpr uint64_t kHelloMagic = 0x43484f5255534443ull;  // "CHORUSDC"
 // Bytes a receive side reads from stream 0 at a time when the message part it still needs is
 // smaller than this (its header, or a small payload).
 constexpr size_t kStageBytes = 4096;
-// CallTag::what of a failure notice: the message a failed or aborted communicator sends on
-// each connection before closing it, holding why (text, at most kPeerErrorBytes - 1 bytes),
-// which the receiver keeps for its error message instead of a slot. Above every real tag.
-constexpr uint32_t kFailNoticeKind = 0xfa110000u;
 // How long the proxy sleeps with the receiving sockets left to driving threads before it looks
 // whether they still drive. Only data nobody waits for waits this long (a driver about to sleep
 // wakes the proxy); each look is a wake-up that takes a core from the drivers (8 B all-reduce
