@@ -25,6 +25,10 @@ struct UniqueIdInfo {
   uint64_t magic;             // identifies this id (random per ncclGetUniqueId)
 };
 
+// 64 random bits from the kernel; without getrandom, a mix of clock, pid and a counter, which
+// still tells values apart but is guessable (logged once).
+uint64_t random64();
+
 // Encodes/decodes the opaque id. decode rejects ids that are not Chorus ids or are corrupted
 // (kInvalidArgument naming "uniqueId").
 void encodeUniqueId(const UniqueIdInfo& info, unsigned char out[kUniqueIdBytes]);

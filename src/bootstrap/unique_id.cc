@@ -38,8 +38,8 @@ Status badId(const char* why) {
       why);
 }
 
-// 64 random bits from the kernel; without getrandom, a mix of clock, pid and a counter, which
-// still tells ids apart but is guessable (logged once).
+}  // namespace
+
 uint64_t random64() {
   uint64_t v = 0;
   ssize_t n;
@@ -50,14 +50,13 @@ uint64_t random64() {
   static std::atomic<uint64_t> counter{0};
   static std::atomic<bool> warned{false};
   if (!warned.exchange(true))
-    LOG_WARN(kSubsysBootstrap, "getrandom failed (errno %d); bootstrap secrets are guessable",
+    LOG_WARN(kSubsysBootstrap,
+             "getrandom failed (errno %d); bootstrap secrets and network nonces are guessable",
              errno);
   uint64_t mix[3] = {static_cast<uint64_t>(Clock::now().time_since_epoch().count()),
                      static_cast<uint64_t>(getpid()), counter.fetch_add(1)};
   return wire::hash64(mix, sizeof(mix));
 }
-
-}  // namespace
 
 void encodeUniqueId(const UniqueIdInfo& info, unsigned char out[kUniqueIdBytes]) {
   memset(out, 0, kUniqueIdBytes);

@@ -368,9 +368,7 @@ class NetTransport final : public Transport, public ProxyLink {
                                    c.isSend ? "sending to" : "receiving from", c.peer, c.channel));
     if (!c.isSend) {
       LOG_INFO(kSubsysNet, "%s", st.message().c_str());
-      snprintf(c.fifo->peerError, kPeerErrorBytes, "%s", st.message().c_str());
-      c.fifo->peerClosed.store(1, std::memory_order_release);
-      wakeSleepers(c.fifo->tail, c.fifo->tailSleepers);
+      closeFromPeer(c.fifo, st.message());
       return;
     }
     LOG_WARN(kSubsysNet, "%s", st.message().c_str());
@@ -520,13 +518,9 @@ class NetTransport final : public Transport, public ProxyLink {
       if (!c.isSend && c.slotHeads[slot].tag.what == kFailNoticeKind) {
         // Not data: the peer's communicator failed and says why; nothing more will come.
         const bool readable = !(c.placed && c.place.device) && got < kPeerErrorBytes;
-        snprintf(c.fifo->peerError, kPeerErrorBytes, "%.*s", readable ? static_cast<int>(got) : 0,
-                 c.slot(slot, slotBytes));
-        if (!readable)
-          snprintf(c.fifo->peerError, kPeerErrorBytes, "rank %d's communicator failed", c.peer);
         c.failed = true;
-        c.fifo->peerClosed.store(1, std::memory_order_release);
-        wakeSleepers(c.fifo->tail, c.fifo->tailSleepers);
+        closeFromPeer(c.fifo, readable ? std::string(c.slot(slot, slotBytes), got)
+                                       : formatString("rank %d's communicator failed", c.peer));
         LOG_INFO(kSubsysNet, "rank %d: rank %d closed its connection (channel %d): %s", ctx_.rank,
                  c.peer, c.channel, c.fifo->peerError);
         return true;
@@ -660,16 +654,12 @@ class NetTransport final : public Transport, public ProxyLink {
         requests.push_back(d);
     }
     const Clock::time_point until = Clock::now() + std::chrono::milliseconds(20);
-    while (!requests.empty() && Clock::now() < until) {
-      for (size_t i = 0; i < requests.size();) {
-        bool done = false;
-        if (!plugin_->test(requests[i], &done, nullptr).isOk() || done) {
-          requests.erase(requests.begin() + static_cast<std::ptrdiff_t>(i));
-          continue;
-        }
-        ++i;
-      }
-    }
+    auto finished = [this](void* r) {
+      bool done = false;
+      return !plugin_->test(r, &done, nullptr).isOk() || done;
+    };
+    while (!requests.empty() && Clock::now() < until)
+      requests.erase(std::remove_if(requests.begin(), requests.end(), finished), requests.end());
     for (auto& c : conns_) {
       close(*c);
       c->failed = true;
@@ -700,7 +690,6 @@ class NetTransport final : public Transport, public ProxyLink {
   // about to sleep in the kernel rings it. False when it did not sleep: something moved at
   // the last look, or a connection being set up has nothing to wait on yet (then it naps).
   bool sleepOnFds(std::unique_lock<std::mutex>& lock) {
-    constexpr int kDrivenSleepMs = 20;
     // Raised before the last look, so that a change after it rings the doorbell.
     sleeping.store(kAsleepDriven, std::memory_order_seq_cst);
     std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -708,12 +697,7 @@ class NetTransport final : public Transport, public ProxyLink {
       sleeping.store(kAwake, std::memory_order_relaxed);
       return true;
     }
-    const uint32_t epoch = driveEpoch.load(std::memory_order_seq_cst);
-    const uint32_t requests = watchRequests.load(std::memory_order_seq_cst);
-    const bool leftToDrivers = requests == lastRequests_ &&
-                               (drivers.load(std::memory_order_seq_cst) > 0 || epoch != lastEpoch_);
-    lastEpoch_ = epoch;
-    lastRequests_ = requests;
+    const bool leftToDrivers = receivesLeftToDrivers();
     fds_.assign(1, pollfd{doorbellFd, POLLIN, 0});
     for (auto& c : conns_) {
       if (c->failed) continue;
@@ -803,9 +787,6 @@ class NetTransport final : public Transport, public ProxyLink {
   std::vector<pollfd> fds_;         // the proxy's poll set
   std::vector<pollfd> scratchFds_;  // under mutex_: progressNeedsProxy's
   bool recvLeftToDrivers_ = false;  // the proxy's sleep leaves the receives to the drivers
-  // The drive and watch-request counts the proxy saw at its last sleep (see sleepOnFds).
-  uint32_t lastEpoch_ = 0;
-  uint32_t lastRequests_ = 0;
 };
 
 }  // namespace

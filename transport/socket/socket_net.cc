@@ -25,9 +25,9 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
-#include <random>
 #include <vector>
 
+#include "bootstrap/bootstrap.h"
 #include "common/log.h"
 #include "common/param.h"
 #include "common/socket.h"
@@ -171,12 +171,6 @@ struct Connecting {
   SteadyClock::time_point deadline{};
 };
 
-uint64_t randomNonce() {
-  std::random_device rd;
-  return (uint64_t(rd()) << 32) ^ rd() ^
-         static_cast<uint64_t>(SteadyClock::now().time_since_epoch().count());
-}
-
 int interfaceSpeed(const std::string& name) {
   std::ifstream in("/sys/class/net/" + name + "/speed");
   int mbps = 0;
@@ -235,7 +229,7 @@ class SocketNet final : public NetPlugin {
       return l.status().withContext("socket network: listening on " + bindAddr.toString());
     auto lc = std::make_unique<Listen>();
     lc->listener = l.take();
-    lc->nonce = randomNonce();
+    lc->nonce = random64();
     lc->nstreams = nstreams_;
     lc->streams.resize(static_cast<size_t>(nstreams_));
     Handle h{};
