@@ -37,6 +37,8 @@ const std::vector<CostField>& costFields() {
       {"oversub_share", &CostModel::oversubShare,
        "of its part of the cores, what a rank turns into throughput when oversubscribed (<= 1)",
        false, 0, 1.0},
+      {"net_ring_share", &CostModel::netRingShare,
+       "of that, what a ring through sockets keeps when oversubscribed (<= 1)", false, 0, 1.0},
       {"channel_launch_us", &CostModel::channelLaunchUs, "starting one more channel thread (us)"},
   };
   return fields;

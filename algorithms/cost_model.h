@@ -48,6 +48,10 @@ struct CostModel {
   // Ranks that outnumber the cores: the share of its part of the cores a rank turns into
   // throughput (at most 1; switching between ranks, their caches and sockets, costs the rest).
   double oversubShare = 1.0;
+  // Of that, what a ring through sockets keeps (at most 1): every byte passes every rank on its
+  // way, each of them running only part of the time, where an exchange (recursive doubling)
+  // waits for one partner at a time.
+  double netRingShare = 1.0;
   // Starting a channel's worker thread for one collective (wake, then join at the end).
   double channelLaunchUs = 8.0;
 };

@@ -99,9 +99,11 @@ double netLinkGBps(const TuningInfo& info, const CostModel& m) {
   return info.netLinkGBps > 0 ? info.netLinkGBps : m.netMaxGBps;
 }
 
-// Throughput of a ring over nchannels: channels run on their own threads, so they add up only
-// while each has its cores; the network or memory caps the sum.
-double ringGBps(const TuningInfo& info, const CostModel& m, int nchannels) {
+// Throughput of a ring over nchannels (or of the tree and recursive doubling, with one):
+// channels run on their own threads, so they add up only while each has its cores; the network
+// or memory caps the sum. pipeShare: what a pipeline through every rank keeps of the sockets'
+// CPU work when ranks outnumber cores (net_ring_share for the ring; 1 for the others).
+double ringGBps(const TuningInfo& info, const CostModel& m, int nchannels, double pipeShare = 1.0) {
   double cores = std::floor(info.coresPerRank / coresPerChannel(info));
   double parallel = std::fmax(1.0, std::fmin(static_cast<double>(nchannels), cores));
   const double copies = std::fmin(parallel * m.shmGBps, m.shmMaxGBps) * cpuShare(info, m);
@@ -113,6 +115,7 @@ double ringGBps(const TuningInfo& info, const CostModel& m, int nchannels) {
   // with it), slowed down alike when ranks share cores; the link caps the sum whatever the
   // cores do.
   double cpu = std::fmin(parallel * m.netGBps, m.netMaxGBps) * cpuShare(info, m);
+  if (info.coresPerRank < 1.0) cpu *= pipeShare;
   return std::fmin(cpu, netLinkGBps(info, m));
 }
 
@@ -194,7 +197,7 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
   switch (algo) {
     case Algorithm::kRing: {
       const double hop = ringHopUs(info, m);
-      double bw = ringGBps(info, m, nchannels);
+      double bw = ringGBps(info, m, nchannels, std::fmin(1.0, m.netRingShare));
       double launch = launchUs(m, nchannels);
       switch (coll) {
         case Collective::kAllReduce:

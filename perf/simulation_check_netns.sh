@@ -5,7 +5,9 @@
 # chorus-tune --simulate predicts the cluster with TUNING (a chorus-tune --calibrate file) and
 # --net-gbps from RATE (unshaped: the model's network figures), then
 # all_reduce_perf runs ROUNDS times with the algorithm and channels it chose. Prints, per size, the
-# choice, the predicted and the measured times (us, out of place) and predicted/measured. Needs
+# choice, the predicted and the measured times (us, out of place) and predicted/measured. The
+# ranks are bound to blocks of the CPUs as chorusrun binds them. A TUNING from
+# perf/calibrate_netns.sh describes TCP on this path rather than over loopback. Needs
 # root and iproute2; nothing is configured outside the namespaces. NET_PLUGIN=LIB carries the
 # links between hosts through that NCCL net plugin (the example's: libnccl-net-example.so), its
 # devices reporting RATE (10 Gbit/s unshaped) and the simulation told so (--net-device).
@@ -28,11 +30,15 @@ netns_hosts_start "$tag" "$hosts" "$rate"
 nranks=$((hosts * per))
 # A veth's reported speed is nominal (the ranks' model ignores it too): unshaped, the link is
 # left to the model's network figures.
+# A shaped link is told to both: the simulation (--net-gbps) and the ranks' own model
+# (CHORUS_SOCKET_LINK_MBPS), whose choices within the hierarchical algorithm's phases follow it.
 net=()
 plugin=()
+link=()
 if [ "$rate" != none ]; then
   bits=$(echo "$rate" | sed -E 's/gbit$/e9/; s/mbit$/e6/')
   net=(--net-gbps "$(python3 -c "print($bits / 8e9)")")
+  link=(CHORUS_SOCKET_LINK_MBPS="$(python3 -c "print(int($bits / 1e6))")")
 fi
 if [ -n "${NET_PLUGIN:-}" ]; then
   mbps=$(python3 -c "print(int(${bits:-1e10} / 1e6))")
@@ -46,6 +52,14 @@ for size in $sizes; do
     -t "$tuning" "${net[@]}" -b "$size" -e "$size" | grep "^AllReduce,$nranks," >> "$tmp/predicted"
 done
 port=29800
+cpus=($(python3 -c "import os; print(*sorted(os.sched_getaffinity(0)))"))
+blocks=()
+for ((r = 0; r < nranks; r++)); do
+  b=$((r * ${#cpus[@]} / nranks))
+  e=$(((r + 1) * ${#cpus[@]} / nranks))
+  [ "$e" -gt "$b" ] || e=$((b + 1))
+  blocks+=("$(echo "${cpus[@]:b:e-b}" | tr ' ' ,)")
+done
 for ((round = 1; round <= rounds; round++)); do
   for size in $sizes; do
     port=$((port + 1))
@@ -58,10 +72,12 @@ for ((round = 1; round <= rounds; round++)); do
     channels=${choice#*,}
     for ((r = 0; r < nranks; r++)); do
       h=$((r / per))
-      ip netns exec "$tag-$h" env CHORUS_RANK=$r CHORUS_NRANKS=$nranks \
+      # Bound as chorusrun binds a machine's ranks: rank r to block r of the CPUs (unbound,
+      # the kernel's placement of 4-8 ranks on 2 vCPUs moved the time by up to 2x).
+      ip netns exec "$tag-$h" taskset -c "${blocks[r]}" env CHORUS_RANK=$r CHORUS_NRANKS=$nranks \
         NCCL_COMM_ID=10.216.0.1:$port CHORUS_COMM_SECRET=0123456789abcdef \
         CHORUS_TUNING_FILE="$tuning" CHORUS_SOCKET_IFNAME=eth0 CHORUS_ALGO="$algo" \
-        CHORUS_MIN_CHANNELS="$channels" CHORUS_MAX_CHANNELS="$channels" "${plugin[@]}" \
+        CHORUS_MIN_CHANNELS="$channels" CHORUS_MAX_CHANNELS="$channels" "${link[@]}" "${plugin[@]}" \
         "$build/perf/all_reduce_perf" -b "$size" -e "$size" -n 10 -w 3 -c 0 \
         > "$tmp/run.$round.$size.$r" 2>&1 &
     done

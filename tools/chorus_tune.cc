@@ -40,6 +40,10 @@ void usage(FILE* out) {
           "  -t, --tuning FILE  the cost model's figures from FILE (as CHORUS_TUNING_FILE)\n"
           "      --calibrate    measure this machine (seconds) and write its tuning file\n"
           "  -o, --output FILE  where --calibrate writes it (required with --calibrate)\n"
+          "      --net-launch CMD  --calibrate starts the ranks (1 and up) of its TCP\n"
+          "                     measurements through CMD, %%r the rank (e.g. 'ip netns exec\n"
+          "                     host%%r'; this process is rank 0): TCP measured on the hosts'\n"
+          "                     path instead of loopback (ranks of this machine)\n"
           "      --quick        fewer measurements (for tests)\n"
           "      --simulate     tables for clusters of 1, 2, 4, ... hosts up to --max-ranks:\n"
           "                     the choice and predicted bus bandwidth per size\n"
@@ -140,7 +144,7 @@ int main(int argc, char** argv) {
   bool shm = true, calibrate = false, quick = false, simulate = false, sizesGiven = false,
        coresGiven = false;
   SimulateOptions sim;
-  std::string output;
+  std::string output, netLaunch;
   std::vector<Collective> colls;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -181,6 +185,9 @@ int main(int argc, char** argv) {
       setenv("CHORUS_TUNING_FILE", value("--tuning"), 1);
     } else if (a == "--calibrate") {
       calibrate = true;
+    } else if (a == "--net-launch") {
+      netLaunch = value("--net-launch");
+      ok = netLaunch.find_first_not_of(" \t") != std::string::npos;
     } else if (a == "-o" || a == "--output") {
       output = value("--output");
     } else if (a == "--quick") {
@@ -214,7 +221,7 @@ int main(int argc, char** argv) {
       fprintf(stderr, "chorus-tune: --calibrate needs --output FILE\n");
       return 2;
     }
-    return runCalibration(output, quick);
+    return runCalibration(output, quick, netLaunch);
   }
   if (!chorus::costModelStatus().isOk()) {
     fprintf(stderr, "chorus-tune: %s\n", chorus::costModelStatus().message().c_str());

@@ -6,6 +6,7 @@
 // writes them as a tuning file for CHORUS_TUNING_FILE.
 #include "tools/chorus_tune_calibrate.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -24,6 +25,7 @@
 #include <ctime>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,12 +41,15 @@ namespace {
 using chorus::Algorithm;
 using Clock = std::chrono::steady_clock;
 
+// The most ranks a measurement runs.
+constexpr int kMostRanks = 4;
+
 struct Config {
   const char* algo;  // CHORUS_ALGO
   int channels;
   bool net;            // shared memory disabled: TCP between the ranks
   bool big;            // also measured at 32 MiB, where the buffers of both ranks leave most caches
-  int nranks = 2;      // 4: two ranks a core on two cores, what oversubscription costs
+  int nranks = 2;      // kMostRanks: two ranks a core on two cores, what oversubscription costs
   size_t largest = 0;  // the sizes up to this only (0: all)
 };
 
@@ -257,12 +262,44 @@ bool fromHex(const std::string& hex, ncclUniqueId* id) {
   return true;
 }
 
+// The command line of rank r of a measurement: launch's words (every "%r" in them replaced by
+// r; none for measurements through shared memory or without --net-launch), then this program
+// with `--calibrate-rank` and the measurement's arguments.
+std::vector<std::string> rankCommand(const std::string& launch, int r,
+                                     const std::vector<std::string>& args) {
+  std::vector<std::string> words;
+  std::istringstream in(launch);
+  for (std::string w; in >> w;) {
+    for (size_t at = w.find("%r"); at != std::string::npos; at = w.find("%r", at + 1))
+      w.replace(at, 2, std::to_string(r));
+    words.push_back(w);
+  }
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  words.push_back(n > 0 ? std::string(self, static_cast<size_t>(n)) : "/proc/self/exe");
+  words.insert(words.end(), args.begin(), args.end());
+  return words;
+}
+
+// Starts words as a process (the first word looked up in PATH) with this environment and
+// actions (null: none); -1 with *err set when it cannot.
+pid_t spawnWords(const std::vector<std::string>& words, const posix_spawn_file_actions_t* actions,
+                 int* err) {
+  std::vector<char*> argv;
+  for (const std::string& w : words) argv.push_back(const_cast<char*>(w.c_str()));
+  argv.push_back(nullptr);
+  pid_t child = -1;
+  *err = posix_spawnp(&child, argv[0], actions, nullptr, argv.data(), environ);
+  return *err == 0 ? child : -1;
+}
+
 // Runs config on its ranks as processes, as jobs run them (shared memory mapped into several
 // address spaces): ranks 1 and up are this program again (`--calibrate-rank`, which inherits
-// the configuration's environment), rank 0 a thread of this one. Fills us[i] with rank 0's
-// median time per call of sizes[i]; false (with the reason printed) when a call failed.
+// the configuration's environment), through netLaunch when the ranks talk through the network,
+// rank 0 a thread of this one. Fills us[i] with rank 0's median time per call of sizes[i];
+// false (with the reason printed) when a call failed.
 bool measure(const Config& c, const std::vector<size_t>& sizes, bool quick,
-             std::vector<double>* us) {
+             const std::string& netLaunch, std::vector<double>* us) {
   setenv("CHORUS_ALGO", c.algo, 1);
   const std::string ch = std::to_string(c.channels);
   setenv("CHORUS_MIN_CHANNELS", ch.c_str(), 1);
@@ -274,19 +311,19 @@ bool measure(const Config& c, const std::vector<size_t>& sizes, bool quick,
   us->assign(sizes.size(), 0);
   std::string list;
   for (size_t s : sizes) list += (list.empty() ? "" : ",") + std::to_string(s);
-  std::string hex = toHex(id), q = quick ? "1" : "0", n = std::to_string(c.nranks);
-  char self[] = "/proc/self/exe";
-  char flag[] = "--calibrate-rank";
+  const std::string hex = toHex(id), q = quick ? "1" : "0", n = std::to_string(c.nranks);
   std::vector<pid_t> children;
   bool ok = true;
   for (int r = 1; r < c.nranks && ok; ++r) {
-    std::string rank = std::to_string(r);
-    char* argv[] = {self, flag, &hex[0], &q[0], &list[0], &rank[0], &n[0], nullptr};
-    pid_t child = -1;
-    const int err = posix_spawn(&child, self, nullptr, nullptr, argv, environ);
-    ok = err == 0;
+    const std::vector<std::string> words = rankCommand(
+        c.net ? netLaunch : "", r, {"--calibrate-rank", hex, q, list, std::to_string(r), n});
+    int err = 0;
+    const pid_t child = spawnWords(words, nullptr, &err);
+    ok = child > 0;
     if (ok) children.push_back(child);
-    if (!ok) fprintf(stderr, "chorus-tune: cannot start rank %d: %s\n", r, strerror(err));
+    if (!ok)
+      fprintf(stderr, "chorus-tune: cannot start rank %d (%s): %s\n", r, words[0].c_str(),
+              strerror(err));
   }
   if (ok) {
     // On a thread of its own: its binding must not stay on the thread that starts the next
@@ -312,11 +349,13 @@ bool measure(const Config& c, const std::vector<size_t>& sizes, bool quick,
   return ok;
 }
 
-chorus::TuningInfo shapeOf(const Config& c) {
+// The shape the ranks of c see: one host, or through --net-launch a host each (of this
+// machine still: they share its cores).
+chorus::TuningInfo shapeOf(const Config& c, bool launched) {
   chorus::TuningInfo info;
   info.nranks = c.nranks;
-  info.nnodes = 1;
-  info.localRanks = c.nranks;
+  info.nnodes = launched ? c.nranks : 1;
+  info.localRanks = launched ? 1 : c.nranks;
   info.coresPerRank = cores() / static_cast<double>(c.nranks);
   info.shm = !c.net;
   info.directPossible = !c.net;
@@ -367,8 +406,34 @@ int runCalibrationRank(int argc, char** argv) {
              : 1;
 }
 
-int runCalibration(const std::string& output, bool quick) {
+// Whether every rank the network measurements start through netLaunch runs this program:
+// `--help` through it must succeed (its output dropped). Prints why not.
+bool launchWorks(const std::string& netLaunch) {
+  posix_spawn_file_actions_t quiet;
+  posix_spawn_file_actions_init(&quiet);
+  posix_spawn_file_actions_addopen(&quiet, 1, "/dev/null", O_WRONLY, 0);
+  bool ok = true;
+  for (int r = 1; r < kMostRanks && ok; ++r) {
+    int err = 0, status = 0;
+    const pid_t child = spawnWords(rankCommand(netLaunch, r, {"--help"}), &quiet, &err);
+    if (child > 0)
+      while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+      }
+    ok = err == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!ok)
+      fprintf(stderr, "chorus-tune: --net-launch '%s' does not run rank %d's command (%s)\n",
+              netLaunch.c_str(), r,
+              err != 0            ? strerror(err)
+              : WIFEXITED(status) ? ("exit status " + std::to_string(WEXITSTATUS(status))).c_str()
+                                  : "killed by a signal");
+  }
+  posix_spawn_file_actions_destroy(&quiet);
+  return ok;
+}
+
+int runCalibration(const std::string& output, bool quick, const std::string& netLaunch) {
   const Clock::time_point start = Clock::now();
+  if (!netLaunch.empty() && !launchWorks(netLaunch)) return 2;
   const std::vector<Config> configs = {
       {"ring", 1, false, true},
       {"ring", 2, false, false},
@@ -380,11 +445,11 @@ int runCalibration(const std::string& output, bool quick) {
       {"rd", 1, true, false},
       // Twice as many ranks as cores: hand-offs to a peer that is not running (wake_us,
       // net_wake_us), and what is left of the throughput (oversub_share).
-      {"oneshot", 1, false, false, 4, 2u << 20},
-      {"twoshot", 1, false, false, 4, 2u << 20},
-      {"ring", 1, false, false, 4, 65536},
-      {"ring", 1, true, false, 4},
-      {"rd", 1, true, false, 4, 1u << 20},
+      {"oneshot", 1, false, false, kMostRanks, 2u << 20},
+      {"twoshot", 1, false, false, kMostRanks, 2u << 20},
+      {"ring", 1, false, false, kMostRanks, 65536},
+      {"ring", 1, true, false, kMostRanks},
+      {"rd", 1, true, false, kMostRanks, 1u << 20},
   };
   const std::vector<size_t> common =
       quick ? std::vector<size_t>{8, 65536, 1u << 20}
@@ -415,7 +480,7 @@ int runCalibration(const std::string& output, bool quick) {
   for (int round = 0; round < rounds; ++round) {
     for (size_t k = 0; k < configs.size(); ++k) {
       std::vector<double> us;
-      if (!measure(configs[k], sizesOf(configs[k]), quick, &us)) return 1;
+      if (!measure(configs[k], sizesOf(configs[k]), quick, netLaunch, &us)) return 1;
       runs[k].push_back(us);
     }
   }
@@ -432,7 +497,7 @@ int runCalibration(const std::string& output, bool quick) {
     }
     for (size_t i = 0; i < sizes.size(); ++i) {
       chorus::Measurement m;
-      m.info = shapeOf(c);
+      m.info = shapeOf(c, c.net && !netLaunch.empty());
       m.algo = algorithmOf(c.algo);
       m.nchannels = c.channels;
       m.bytes = sizes[i];
@@ -454,8 +519,9 @@ int runCalibration(const std::string& output, bool quick) {
   for (const auto& [ws, gbps] : probe.gbps) printf(" %zuK %.0f", ws >> 10, gbps);
   printf("\n# cache_mib %.1f, dram_gbps %.1f; caches of this machine %.1f MiB (0: unknown)\n",
          probe.cacheMiB, probe.dramGBps, cacheBound);
-  printf("# all-reduce, 2 and 4 ranks (processes), measured on %s (%d cores)\n", cpuModel().c_str(),
-         cores());
+  printf("# all-reduce, 2 and 4 ranks (processes), measured on %s (%d cores); TCP %s%s\n",
+         cpuModel().c_str(), cores(), netLaunch.empty() ? "over loopback" : "through ",
+         netLaunch.c_str());
   printf("%-8s %4s %5s %-6s %10s %12s %12s %12s\n", "algo", "chan", "ranks", "path", "size(B)",
          "measured", "built-in", "fitted");
   for (const chorus::Measurement& m : ms) {
@@ -481,8 +547,10 @@ int runCalibration(const std::string& output, bool quick) {
        "machine: " + cpuModel() + ", " + std::to_string(cores()) + " cores",
        "fit: median error " + std::to_string(static_cast<int>(100 * fit.medianErrorAfter)) +
            "% (built-in figures " + std::to_string(static_cast<int>(100 * fit.medianErrorBefore)) +
-           "%) over " + std::to_string(fit.used) +
-           " measurements (2 and 4 ranks; TCP over loopback)",
+           "%) over " + std::to_string(fit.used) + " measurements (2 and 4 ranks; TCP " +
+           (netLaunch.empty() ? std::string("over loopback")
+                              : "through --net-launch " + netLaunch) +
+           ")",
        "use: CHORUS_TUNING_FILE=<this file>"});
   if (!s.isOk()) {
     fprintf(stderr, "chorus-tune: %s\n", s.message().c_str());

@@ -57,6 +57,11 @@ const std::vector<ParamDef> kParams = {
      true},
     {"SOCKET_BUFFSIZE", ParamType::kInt, "4194304",
      "SO_SNDBUF/SO_RCVBUF of data sockets (0: OS default)", false},
+    {"SOCKET_LINK_MBPS", ParamType::kInt, "0",
+     "Speed of this rank's link to other hosts (Mb/s) for the cost model, in place of what its "
+     "interface reports (a virtual one, veth or bridge, reports none; a shaped or shared link "
+     "carries less than it says); the slowest rank's counts; 0: as reported",
+     false},
     {"SOCKET_NSTREAMS", ParamType::kInt, "1",
      "TCP connections per socket connector (1..16): messages of 64 KiB and more are striped "
      "over them; the receiving rank's value is used",

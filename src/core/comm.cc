@@ -161,6 +161,11 @@ Status Communicator::init(const UniqueIdInfo& id) {
         "rank %d init: %s=%lld is not -1 (measured), 0 (cached) or 1 (streaming)", rank_,
         paramRaw("SLOT_STREAM").source.c_str(), static_cast<long long>(slotStream));
   exec_.slotStream = static_cast<SlotStreamMode>(slotStream);
+  const int64_t linkMbps = paramInt("SOCKET_LINK_MBPS");
+  if (linkMbps < 0 || linkMbps > INT32_MAX)
+    return invalidArgument("rank %d init: %s=%lld is not a link speed in Mb/s (0: as reported)",
+                           rank_, paramRaw("SOCKET_LINK_MBPS").source.c_str(),
+                           static_cast<long long>(linkMbps));
   timeoutSeconds_ = static_cast<double>(paramInt("TIMEOUT"));
   // The local topology (CHORUS_TOPO_FILE or detected): a bad file fails before any waiting.
   // A tuning file (CHORUS_TUNING_FILE) that cannot be used fails before any waiting too.
@@ -206,6 +211,7 @@ Status Communicator::init(const UniqueIdInfo& id) {
   me.nonce = randomNonce();
   me.address = bootstrap_->localAddress();
   describeLocalPlacement(me.address, *topo.value(), &me);
+  if (linkMbps > 0) me.ifSpeedMbps = static_cast<int32_t>(linkMbps);
   describeExtraInterfaces(bo.preferredInterfaces, &me);
   if (netPlugin_ != nullptr) snprintf(me.netName, sizeof me.netName, "%s", netPlugin_->name());
   describeNetDevices(netPlugin_, topo.value(), &me);

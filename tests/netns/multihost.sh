@@ -567,6 +567,14 @@ for hosts in "${HOST_COUNTS[@]}"; do
     fi
   done
 
+  # A link speed stated with CHORUS_SOCKET_LINK_MBPS (the veths report none) is the cost
+  # model's network between the hosts.
+  name="$prefix-socket-link-mbps"
+  if DEBUG_SUBSYS=INIT,TUNING run_case "$name" "$hosts" contiguous all_reduce_perf \
+    CHORUS_SOCKET_LINK_MBPS=4000; then
+    check_network "$name" "$WORK_DIR/$name/0.err" "sockets, 0.5 GB/s per host"
+  fi
+
   name="$prefix-ifname-$HOST_IF_PREFIX"
   run_case "$name" "$hosts" contiguous all_reduce_perf \
     CHORUS_SOCKET_IFNAME="$HOST_IF_PREFIX" || true

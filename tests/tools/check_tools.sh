@@ -66,11 +66,28 @@ timeout 120 "$tune" --calibrate --quick -o "$tmp/machine.tuning" > "$tmp/cal.txt
 status=$?
 figures=$(grep -cE '^[a-z_]+ +[0-9.e+-]+ +#' "$tmp/machine.tuning" 2>/dev/null)
 check "chorus-tune --calibrate --quick writes every figure (exit $status, $figures figures)" \
-  $([ $status -eq 0 ] && [ "$figures" -eq 16 ] && grep -q '^# median |predicted/measured - 1|' \
+  $([ $status -eq 0 ] && [ "$figures" -eq 17 ] && grep -q '^# median |predicted/measured - 1|' \
     "$tmp/cal.txt" && grep -qE '^# cache_mib [0-9.]+, dram_gbps [0-9.]+; caches of this machine [0-9.]+ MiB' \
     "$tmp/cal.txt"; echo $?)
 check "chorus-tune --calibrate measures on processes, 2 and 4 ranks" \
   $(grep -q '^# all-reduce, 2 and 4 ranks (processes)' "$tmp/cal.txt"; echo $?)
+# --net-launch: the TCP measurements' ranks 1 and up start through the command, %r their rank;
+# a command that cannot start them is refused before anything is measured.
+printf '#!/bin/sh\necho "$1" >> "%s/launched"\nshift\nexec "$@"\n' "$tmp" > "$tmp/launch.sh"
+chmod +x "$tmp/launch.sh"
+timeout 120 "$tune" --calibrate --quick -o "$tmp/launched.tuning" --net-launch "$tmp/launch.sh %r" \
+  > "$tmp/cal_launch.txt" 2>&1
+status=$?
+check "chorus-tune --calibrate --net-launch starts ranks 1-3 through it (exit $status)" \
+  $([ $status -eq 0 ] && [ "$(sort -u "$tmp/launched" | tr '\n' ' ')" = "1 2 3 " ] &&
+    grep -q "TCP through --net-launch $tmp/launch.sh %r)" "$tmp/launched.tuning" &&
+    grep -q "; TCP through $tmp/launch.sh %r" "$tmp/cal_launch.txt"; echo $?)
+"$tune" --calibrate --quick -o "$tmp/x.tuning" --net-launch "$tmp/nosuchlauncher %r" \
+  > "$tmp/cal_nolaunch.txt" 2>&1
+status=$?
+check "chorus-tune --calibrate refuses a --net-launch that cannot start a rank (exit $status)" \
+  $([ $status -eq 2 ] && [ ! -e "$tmp/x.tuning" ] &&
+    grep -q "does not run rank 1's command (No such file or directory)" "$tmp/cal_nolaunch.txt"; echo $?)
 "$tune" --calibrate-rank > "$tmp/rank.txt" 2>&1
 status=$?
 check "chorus-tune --calibrate-rank on its own is refused (exit $status)" \
@@ -93,6 +110,13 @@ CHORUS_TUNING_FILE="$tmp/machine.tuning" timeout 120 "$run" -n 2 "$perf" -b 8 -e
 status=$?
 check "a run with the calibrated tuning file passes its checks (exit $status)" \
   $([ $status -eq 0 ] && grep -q '# Out of bounds values : 0 OK' "$tmp/tunedrun.txt"; echo $?)
+
+# A stated link speed that is no speed fails init naming the variable.
+CHORUS_SOCKET_LINK_MBPS=-5 timeout 120 "$run" -n 2 "$perf" -b 8 -e 8 > "$tmp/badlink.txt" 2>&1
+status=$?
+check "a negative CHORUS_SOCKET_LINK_MBPS fails init (exit $status) naming it" \
+  $([ $status -ne 0 ] && grep -q "init: CHORUS_SOCKET_LINK_MBPS=-5 is not a link speed in Mb/s" \
+    "$tmp/badlink.txt"; echo $?)
 
 # TUNING log: sizes 8..15 step 1 share one size class, 16 and 32 are new ones; every size runs
 # warm-up and timed iterations, yet each class is logged once.

@@ -231,6 +231,7 @@ TEST(CostModelFit, RecoversTheOversubscribedAndTreeFigures) {
   truth.wakeUs = 1.6;
   truth.netWakeUs = 16;
   truth.oversubShare = 0.9;
+  truth.netRingShare = 0.6;
   const std::vector<chorus::Measurement> ms = synthetic(truth, true);
   const chorus::Fit fit = chorus::fitCostModel(ms, CostModel());
   EXPECT_EQ(fit.used, static_cast<int>(ms.size()));
@@ -240,11 +241,13 @@ TEST(CostModelFit, RecoversTheOversubscribedAndTreeFigures) {
   EXPECT_NEAR(fit.model.wakeUs / truth.wakeUs, 1.0, 0.25);
   EXPECT_NEAR(fit.model.netWakeUs / truth.netWakeUs, 1.0, 0.15);
   EXPECT_NEAR(fit.model.oversubShare / truth.oversubShare, 1.0, 0.1);
+  EXPECT_NEAR(fit.model.netRingShare / truth.netRingShare, 1.0, 0.1);
   // Without the 4-rank measurements, none of the oversubscribed figures moves.
   const chorus::Fit two = chorus::fitCostModel(synthetic(truth), CostModel());
   EXPECT_EQ(two.model.wakeUs, CostModel().wakeUs);
   EXPECT_EQ(two.model.netWakeUs, CostModel().netWakeUs);
   EXPECT_EQ(two.model.oversubShare, CostModel().oversubShare);
+  EXPECT_EQ(two.model.netRingShare, CostModel().netRingShare);
 }
 
 // nranks on one host sharing memory, with coresPerRank cores each.
@@ -344,6 +347,35 @@ TEST(CostModel, OversubscribedAndTreeFiguresPriceOnlyTheirPart) {
               0.01 * t0);
   EXPECT_EQ(chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, big, m),
             chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, big, tree2));
+}
+
+// net_ring_share slows the ring through sockets of oversubscribed ranks alone: not recursive
+// doubling or the tree on the same path, not shared memory, not ranks with a core each, and not
+// where a shaped link, not the CPUs, is the limit.
+TEST(CostModel, NetRingShareSlowsOnlyTheOversubscribedRingThroughSockets) {
+  chorus::TuningInfo info = oneHost(4, 0.5);
+  info.shm = false;
+  info.directPossible = false;
+  const size_t big = size_t(8) << 20;
+  CostModel m, half;
+  half.netRingShare = 0.5;
+  auto us = [&](Algorithm a, size_t bytes, const CostModel& model) {
+    return chorus::predictUs(info, Collective::kAllReduce, a, 1, bytes, model);
+  };
+  EXPECT_GT(us(Algorithm::kRing, big, half), 1.8 * us(Algorithm::kRing, big, m));
+  EXPECT_NEAR(us(Algorithm::kRing, 8, half), us(Algorithm::kRing, 8, m),
+              0.01 * us(Algorithm::kRing, 8, m));
+  for (Algorithm a : {Algorithm::kRd, Algorithm::kTree})
+    EXPECT_EQ(us(a, big, half), us(a, big, m)) << chorus::algorithmName(a);
+  // A link of 10 MB/s is the limit long before the CPUs.
+  info.netLinkGBps = 0.01;
+  EXPECT_EQ(us(Algorithm::kRing, big, half), us(Algorithm::kRing, big, m));
+  info.netLinkGBps = 0;
+  for (bool shm : {true, false}) {
+    info.shm = shm;
+    info.coresPerRank = shm ? 0.5 : 1;
+    EXPECT_EQ(us(Algorithm::kRing, big, half), us(Algorithm::kRing, big, m)) << shm;
+  }
 }
 
 // The figure the calibration measures directly (the memory's speed, from its probe) is not
