@@ -349,6 +349,26 @@ TEST(CostModel, OversubscribedAndTreeFiguresPriceOnlyTheirPart) {
             chorus::predictUs(info, Collective::kAllReduce, Algorithm::kRing, 1, big, tree2));
 }
 
+// oversub_share is what two ranks a core keep; each halving of a rank's part of a core costs
+// that fraction again: at four ranks a core a large call's throughput term takes 1 / share^2
+// times as long, at two 1 / share.
+TEST(CostModel, OversubShareCompoundsWithEachHalvingOfARanksCore) {
+  const size_t big = size_t(8) << 20;
+  CostModel m, half;
+  half.oversubShare = 0.5;
+  for (double cores : {0.5, 0.25}) {
+    const chorus::TuningInfo info = oneHost(8, cores);
+    const double full =
+        chorus::predictUs(info, Collective::kAllReduce, Algorithm::kTwoShot, 1, big, m);
+    const double slow =
+        chorus::predictUs(info, Collective::kAllReduce, Algorithm::kTwoShot, 1, big, half);
+    // The throughput term (most of a large call's time; the waits are the rest).
+    const double expected = cores == 0.5 ? 2.0 : 4.0;
+    EXPECT_GT(slow / full, 0.9 * expected) << cores;
+    EXPECT_LE(slow / full, expected + 1e-9) << cores;
+  }
+}
+
 // net_ring_share slows the ring through sockets of oversubscribed ranks alone: not recursive
 // doubling or the tree on the same path, not shared memory, not ranks with a core each, and not
 // where a shaped link, not the CPUs, is the limit.
