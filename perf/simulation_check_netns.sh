@@ -28,9 +28,8 @@ tag="chorus-sim-$$"
 netns_hosts_start "$tag" "$hosts" "$rate"
 
 nranks=$((hosts * per))
-# A veth's reported speed is nominal (the ranks' model ignores it too): unshaped, the link is
-# left to the model's network figures.
-# A shaped link is told to both: the simulation (--net-gbps) and the ranks' own model
+# A veth reports no speed the model takes: unshaped, the link is left to the model's network
+# figures; a shaped one is told to both the simulation (--net-gbps) and the ranks' own model
 # (CHORUS_SOCKET_LINK_MBPS), whose choices within the hierarchical algorithm's phases follow it.
 net=()
 plugin=()
