@@ -107,7 +107,8 @@ double netLinkGBps(const TuningInfo& info, const CostModel& m) {
 // Throughput of a ring over nchannels (or of the tree and recursive doubling, with one):
 // channels run on their own threads, so they add up only while each has its cores; the network
 // or memory caps the sum. pipeShare: what a pipeline through every rank keeps of the sockets'
-// CPU work when ranks outnumber cores (net_ring_share for the ring; 1 for the others).
+// CPU work when ranks outnumber cores (net_ring_share for a ring of three ranks or more; 1 for
+// the others).
 double ringGBps(const TuningInfo& info, const CostModel& m, int nchannels, double pipeShare = 1.0) {
   double cores = std::floor(info.coresPerRank / coresPerChannel(info));
   double parallel = std::fmax(1.0, std::fmin(static_cast<double>(nchannels), cores));
@@ -202,7 +203,8 @@ double predictUs(const TuningInfo& info, Collective coll, Algorithm algo, int nc
   switch (algo) {
     case Algorithm::kRing: {
       const double hop = ringHopUs(info, m);
-      double bw = ringGBps(info, m, nchannels, std::fmin(1.0, m.netRingShare));
+      // Two ranks' ring is an exchange: no byte passes a third rank on its way.
+      double bw = ringGBps(info, m, nchannels, n > 2 ? std::fmin(1.0, m.netRingShare) : 1.0);
       double launch = launchUs(m, nchannels);
       switch (coll) {
         case Collective::kAllReduce:

@@ -167,13 +167,11 @@ Status Communicator::init(const UniqueIdInfo& id) {
                            rank_, paramRaw("SOCKET_LINK_MBPS").source.c_str(),
                            static_cast<long long>(linkMbps));
   timeoutSeconds_ = static_cast<double>(paramInt("TIMEOUT"));
-  // The local topology (CHORUS_TOPO_FILE or detected): a bad file fails before any waiting.
-  // A tuning file (CHORUS_TUNING_FILE) that cannot be used fails before any waiting too.
+  // A tuning file (CHORUS_TUNING_FILE) or topology file that cannot be used fails before waiting.
   CHORUS_TRY(costModelStatus().withContext(formatString("rank %d init", rank_)));
   Result<const LocalTopology*> topo = processTopology();
   if (!topo.isOk()) return topo.status().withContext(formatString("rank %d init", rank_));
-  // The HCA filter and GID policy are checked against the HCAs the topology found, whichever
-  // network ranks end up using.
+  // The HCA filter and GID policy are checked against the topology's HCAs, whatever network.
   Result<std::vector<HcaPort>> hcas = selectHcaPortsFromEnvironment(*topo.value());
   if (!hcas.isOk()) return hcas.status().withContext(formatString("rank %d init", rank_));
   Result<std::vector<int>> gids = selectGidsFromEnvironment(*topo.value(), hcas.value());
@@ -198,7 +196,6 @@ Status Communicator::init(const UniqueIdInfo& id) {
   Result<std::unique_ptr<Bootstrap>> boot = Bootstrap::init(id, rank_, nranks_, bo);
   if (!boot.isOk()) return boot.status().withContext(formatString("rank %d init", rank_));
   bootstrap_ = boot.take();
-
   // Everyone learns who shares a host with whom; rank 0's nonce names this communicator.
   peers_.assign(nranks_, PeerInfo{});
   PeerInfo& me = peers_[rank_];
@@ -216,12 +213,10 @@ Status Communicator::init(const UniqueIdInfo& id) {
   if (netPlugin_ != nullptr) snprintf(me.netName, sizeof me.netName, "%s", netPlugin_->name());
   describeNetDevices(netPlugin_, topo.value(), &me);
   CHORUS_TRY(bootstrap_->allGather(peers_.data(), sizeof(PeerInfo)));
-  for (int r = 0; r < nranks_; ++r) {
+  for (int r = 0; r < nranks_; ++r)
     if (peers_[r].rank != r)
       return internalError("rank %d: peer table is corrupt (slot %d holds rank %d)", rank_, r,
                            peers_[r].rank);
-  }
-
   Result<FifoGeometry> geometry = fifoGeometry(paramInt("BUFFSIZE"), paramInt("STEPS"));
   if (!geometry.isOk()) return geometry.status();
   transportCtx_.rank = rank_;
@@ -253,6 +248,8 @@ Status Communicator::init(const UniqueIdInfo& id) {
   // Cores are counted per machine: hosts that are network namespaces or containers of one
   // machine share its CPUs.
   tuning_.coresPerRank = fewestCoresPerRank(peers_);
+  if (options_.phaseCoresPerRank > 0)
+    tuning_.coresPerRank = std::min(tuning_.coresPerRank, options_.phaseCoresPerRank);
   tuning_.shm = !anyShmDisabled;
   // Spinning pays while every rank has a core; with more ranks than cores a waiting rank holds
   // the core its peer needs, so it spins briefly and then yields (CHORUS_SPIN_YIELD_US).
@@ -271,6 +268,10 @@ Status Communicator::init(const UniqueIdInfo& id) {
       const NetDeviceLinks links = netDeviceLinks(peers_);
       tuning_.netLinkGBps = links.rankGBps;
       tuning_.netHostGBps = links.hostGBps;
+    }
+    if (options_.phaseNetLinkGBps > 0) {
+      tuning_.netLinkGBps = options_.phaseNetLinkGBps;
+      tuning_.netHostGBps = 0;
     }
   }
   tuning_.directPossible = tuning_.nnodes == 1 && !anyShmDisabled && nranks_ > 1;

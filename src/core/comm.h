@@ -34,6 +34,11 @@ struct CommOptions {
   // A phase of the hierarchical algorithm: CHORUS_ALGO's list less "hier" (all algorithms when
   // nothing else is named) chooses its algorithms.
   bool hierPhase = false;
+  // A phase's shape as its parent's model prices it (selector.h, hierLocalInfo/hierCrossInfo):
+  // every rank of a host runs the phase at once, so the phase shares the cores, and across
+  // hosts the link, with the parent's other ranks (0: what the phase's own ranks show).
+  double phaseCoresPerRank = 0;
+  double phaseNetLinkGBps = 0;
   // Made from another communicator, whose rank that made the id already listens for the
   // others (BootstrapOptions::rootListening).
   bool derived = false;

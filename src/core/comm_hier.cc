@@ -23,6 +23,8 @@
 #include <mutex>
 #include <thread>
 
+#include "algorithms/cost_model.h"
+#include "algorithms/selector.h"
 #include "bootstrap/root.h"
 #include "common/log.h"
 #include "core/comm.h"
@@ -97,6 +99,8 @@ Status Communicator::ensureHier() {
     CommOptions o = options_;
     o.blocking = true;
     o.hierPhase = true;
+    o.phaseCoresPerRank = tuning_.coresPerRank;
+    if (slot == &hierCross_) o.phaseNetLinkGBps = hierCrossInfo(tuning_, costModel()).netLinkGBps;
     o.name = options_.name + (options_.name.empty() ? "" : ".") + suffix;
     o.logLabel = label;
     Result<std::unique_ptr<Communicator>> c =

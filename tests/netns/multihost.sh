@@ -418,6 +418,20 @@ check_cores() {
   fi
 }
 
+# check_cross_phase NAME ERR GBPS: the hierarchical algorithm's phase across hosts (one rank a
+# host) sees the cores per rank of the whole communicator and GBPS of the link per rank.
+check_cross_phase() {
+  local name=$1 err=$2 gbps=$3 parent seen
+  parent=$(grep -oE '[0-9.]+ cores per rank' "$err" | head -n 1 | cut -d' ' -f1)
+  seen=$(grep -oE 'at most 1 per host, [0-9.]+ cores per rank; network [^;]*;' "$err" | head -n 1)
+  local want="at most 1 per host, $parent cores per rank; network sockets, $gbps GB/s per host;"
+  if [ -n "$parent" ] && [ "$seen" = "$want" ]; then
+    record PASS "$name cross phase" "$seen"
+  else
+    record FAIL "$name cross phase" "the phase across hosts logged '${seen:-nothing}', expected '$want'"
+  fi
+}
+
 # check_network NAME ERR WANT: the network the cost model counts on, as rank 0 logs it
 # ("ExampleSocket, 0.5 GB/s per rank, 0.5 per host"; a trailing * matches any rest).
 check_network() {
@@ -568,11 +582,14 @@ for hosts in "${HOST_COUNTS[@]}"; do
   done
 
   # A link speed stated with CHORUS_SOCKET_LINK_MBPS (the veths report none) is the cost
-  # model's network between the hosts.
+  # model's network between the hosts. The hierarchical algorithm's phase across hosts prices
+  # its ranks as its parent does: a host's ranks cross at once, sharing the link and the cores.
   name="$prefix-socket-link-mbps"
   if DEBUG_SUBSYS=INIT,TUNING run_case "$name" "$hosts" contiguous all_reduce_perf \
-    CHORUS_SOCKET_LINK_MBPS=4000; then
+    CHORUS_SOCKET_LINK_MBPS=4000 NCCL_ALGO=hier; then
     check_network "$name" "$WORK_DIR/$name/0.err" "sockets, 0.5 GB/s per host"
+    check_cross_phase "$name" "$WORK_DIR/$name/0.err" \
+      "$(awk -v r=$RANKS_PER_HOST 'BEGIN { printf "%.3g", 0.5 / r }')"
   fi
 
   name="$prefix-ifname-$HOST_IF_PREFIX"

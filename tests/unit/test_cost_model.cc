@@ -370,8 +370,8 @@ TEST(CostModel, OversubShareCompoundsWithEachHalvingOfARanksCore) {
 }
 
 // net_ring_share slows the ring through sockets of oversubscribed ranks alone: not recursive
-// doubling or the tree on the same path, not shared memory, not ranks with a core each, and not
-// where a shaped link, not the CPUs, is the limit.
+// doubling or the tree on the same path, not two ranks' ring, not shared memory, not ranks with
+// a core each, and not where a shaped link, not the CPUs, is the limit.
 TEST(CostModel, NetRingShareSlowsOnlyTheOversubscribedRingThroughSockets) {
   chorus::TuningInfo info = oneHost(4, 0.5);
   info.shm = false;
@@ -391,6 +391,11 @@ TEST(CostModel, NetRingShareSlowsOnlyTheOversubscribedRingThroughSockets) {
   info.netLinkGBps = 0.01;
   EXPECT_EQ(us(Algorithm::kRing, big, half), us(Algorithm::kRing, big, m));
   info.netLinkGBps = 0;
+  // Two ranks' ring is an exchange, as recursive doubling is.
+  chorus::TuningInfo two = info;
+  two.nranks = 2;
+  EXPECT_EQ(chorus::predictUs(two, Collective::kAllReduce, Algorithm::kRing, 1, big, half),
+            chorus::predictUs(two, Collective::kAllReduce, Algorithm::kRing, 1, big, m));
   for (bool shm : {true, false}) {
     info.shm = shm;
     info.coresPerRank = shm ? 0.5 : 1;
