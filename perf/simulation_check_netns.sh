@@ -11,12 +11,20 @@
 # root and iproute2; nothing is configured outside the namespaces. NET_PLUGIN=LIB carries the
 # links between hosts through that NCCL net plugin (the example's: libnccl-net-example.so), its
 # devices reporting RATE (10 Gbit/s unshaped) and the simulation told so (--net-device).
+# TUNING "calibrate": a path calibration (perf/calibrate_netns.sh, unshaped) taken first, kept
+# as simulation_check.tuning in the working directory: the speed of a VM drifts over half an
+# hour by more than the model's error, so the check is best made just after its calibration.
 # usage: perf/simulation_check_netns.sh TUNING [hosts] [ranks per host] [rate|none] [rounds] [sizes]
 #   e.g. perf/simulation_check_netns.sh machine.tuning 4 2 1gbit 3 "1M 8M 32M"
 set -eu
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$here/build}
-tuning=$(readlink -f "$1")
+if [ "$1" = calibrate ]; then
+  BUILD="$build" "$here/perf/calibrate_netns.sh" simulation_check.tuning none | tail -n 1
+  tuning=$(readlink -f simulation_check.tuning)
+else
+  tuning=$(readlink -f "$1")
+fi
 hosts=${2:-4}
 per=${3:-2}
 rate=${4:-none}
