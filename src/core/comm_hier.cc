@@ -94,13 +94,15 @@ Status Communicator::ensureHier() {
     return across.status().withContext(what);
   }
   // One phase communicator from its plan, into *slot (under the lock abort takes).
+  // shape: the phase as the selector prices it (hierLocalInfo / hierCrossInfo), which the
+  // phase communicator takes in place of what its own ranks show.
   auto make = [&](const SplitPlan& plan, const char* suffix, const char* label,
-                  std::unique_ptr<Communicator>* slot) -> Status {
+                  const TuningInfo& shape, std::unique_ptr<Communicator>* slot) -> Status {
     CommOptions o = options_;
     o.blocking = true;
     o.hierPhase = true;
-    o.phaseCoresPerRank = tuning_.coresPerRank;
-    if (slot == &hierCross_) o.phaseNetLinkGBps = hierCrossInfo(tuning_, costModel()).netLinkGBps;
+    o.phaseCoresPerRank = shape.coresPerRank;
+    o.phaseNetLinkGBps = shape.nnodes > 1 ? shape.netLinkGBps : 0;
     o.name = options_.name + (options_.name.empty() ? "" : ".") + suffix;
     o.logLabel = label;
     Result<std::unique_ptr<Communicator>> c =
@@ -135,12 +137,13 @@ Status Communicator::ensureHier() {
       watchWake.wait_for(lock, std::chrono::milliseconds(kHierWatchMs));
     }
   });
-  Status made =
-      make(within.value(), "host",
-           " (hierarchical phases within the host; ranks of that communicator)", &hierLocal_);
+  Status made = make(within.value(), "host",
+                     " (hierarchical phases within the host; ranks of that communicator)",
+                     hierLocalInfo(tuning_), &hierLocal_);
   if (made.isOk())
     made = make(across.value(), "cross",
-                " (hierarchical phases across hosts; ranks of that communicator)", &hierCross_);
+                " (hierarchical phases across hosts; ranks of that communicator)",
+                hierCrossInfo(tuning_, costModel()), &hierCross_);
   {
     std::lock_guard<std::mutex> lock(watchMutex);
     making = false;
